@@ -32,17 +32,24 @@ def check_spec(spec) -> None:
 
     from explorer.data import DATASETS, dims
     from explorer.init import check_init
-    from explorer.nn.models import check_model, n_blocks
+    from explorer.nn.models import MODELS, check_model, n_blocks
     from explorer.optim import is_full_batch
-    from explorer.topology import check_topology
+    from explorer.topology import TOPOLOGIES, check_topology
 
     data_check = DATASETS[spec.data.name].extra.get("check")
     if data_check:
         data_check(spec.data.params)
     data_dims = dims(spec.data)
+    if TOPOLOGIES[spec.topology.name].extra.get("transformer_only") and not MODELS[spec.model.name].extra.get("transformer"):
+        hint = "use none for a network without residual connections" if spec.topology.name == "skipless" \
+            else "use grn-v3 on other models"
+        raise SpecError("topology.name", f"{spec.topology.name} exists only for Transformers (model.name=gpt or vit); {hint}")
+    if data_dims.task == "language-modeling" and spec.model.name != "gpt":
+        raise SpecError("model.name", f"{spec.data.name} gives token sequences, which only the gpt model reads; "
+                                      "set model.name=gpt (or choose a vector or image dataset)")
     check_model(spec, data_dims)
     check_init(spec)
-    blocks = n_blocks(spec.model)
+    blocks = n_blocks(spec)
     check_topology(spec.topology, blocks)
     if spec.train.device == "cuda" and not torch.cuda.is_available():
         raise SpecError("train.device", "CUDA is not available on this machine; use device 'auto' or 'cpu'")

@@ -1,8 +1,10 @@
 """Initialisation schemes applied by parameter role and shape, never by module-name guessing.
 
-A scheme fills every weight whose role is a weight role (embed, main, stem.*, head); norm
-weights start at 1 and biases at 0; topology parameters and gates (mix, scale) keep the
-values their modules define. One generator seeded with train.seed is drawn in parameter
+A scheme fills every weight whose role is a weight role (embed, main, stem.*, attn.*, head);
+norm weights start at 1, biases at 0, learned positions and class tokens ("pos") at
+N(0, 0.02^2) as in GPT-2 and ViT; topology parameters and gates (mix, scale) keep the values
+their modules define. Schemes that set W_Q and W_K (or W_V and W_O) jointly declare an
+`attention` function that fills a whole attention module when its W_Q comes up. One generator seeded with train.seed is drawn in parameter
 order, and mix/scale parameters draw nothing, so the same seed gives the same block weights
 whatever the topology. `overrides` gives some roles another scheme (with its defaults),
 e.g. "head=orthogonal".
@@ -16,7 +18,7 @@ import torch
 from torch import nn
 
 from explorer import init_schemes
-from explorer.nn.models import WEIGHT_ROLES, Stack, roles
+from explorer.nn.models import MODELS, WEIGHT_ROLES, Stack, roles
 from explorer.registry import Param, Registry, SpecError
 
 INITS = Registry("inits", common=(
@@ -39,10 +41,15 @@ def default(tensor, role, gen):
     nn.init.uniform_(tensor, -bound, bound, generator=gen)
 
 
+POS_STD = 0.02  # learned positions and class tokens (GPT-2, ViT)
+
+
 def _needs_residual(spec) -> None:
-    if spec.topology.name == "none":
+    from explorer.topology import TOPOLOGIES
+
+    if TOPOLOGIES[spec.topology.name].extra.get("residual") is False:
         raise SpecError("init.name", f"{spec.init.name} multiplies each residual branch by a zero-initialised scalar, "
-                                     "so it needs a residual topology; choose a topology other than none")
+                                     f"so it needs a residual topology; choose a topology other than {spec.topology.name}")
 
 
 @INITS.register("rezero", "ReZero: x + alpha * f(x) with one scalar alpha per block starting at 0; weights as default",
@@ -112,6 +119,51 @@ INITS.register("fixup", "Fixup: He init scaled by L^(-1/(2m-2)) inside residual 
                needs_architecture=True)(init_schemes.fixup)
 
 
+def _needs_attention(spec) -> None:
+    if not MODELS[spec.model.name].extra.get("transformer"):
+        raise SpecError("init.name", f"{spec.init.name} sets the attention weights W_Q, W_K, W_V, W_O, and "
+                                     f"{spec.model.name} has none; use model.name=gpt or vit")
+
+
+MIMETIC_PARAMS = (
+    Param("alpha", "float", 2.0, "scale of the random part alpha Z (2 supervised, 1.8 self-supervised)", low=0.0, high=100.0),
+    Param("beta", "float", 0.6, "weight of the identity beta I (0.6 supervised, 1 self-supervised)", low=-100.0, high=100.0),
+)
+
+
+def _mimetic_attention(module, gen, alpha, beta, **_):
+    init_schemes.mimetic_qk_(module.wq, module.wk, module.heads, alpha, beta, gen)
+    return ("wq", "wk")
+
+
+def _skipless_attention(module, gen, alpha, beta, c):
+    _mimetic_attention(module, gen, alpha, beta)
+    init_schemes.orthogonal_vo_(module.wv, module.wo, c, gen)
+    return ("wq", "wk", "wv", "wo")
+
+
+@INITS.register("mimetic", "mimetic attention (Trockman & Kolter): W_Q W_K^T = alpha Z + beta I per head; "
+                           "other weights as default", MIMETIC_PARAMS, check=_needs_attention,
+                attention=_mimetic_attention)
+def mimetic(tensor, role, gen, alpha, beta):
+    default(tensor, role, gen)
+
+
+@INITS.register(
+    "skipless",
+    "Cutting the Skip: mimetic W_Q W_K^T = alpha Z + beta I, W_V W_O = c^2 x orthogonal, scale-corrected "
+    "orthogonal MLP weights",
+    MIMETIC_PARAMS + (Param("c", "float", 3.0, "scale c of W_V = c U and W_O = c V^T", low=0.0, high=100.0),),
+    check=_needs_attention, attention=_skipless_attention,
+)
+def skipless(tensor, role, gen, alpha, beta, c):
+    """Sec. 5 with the ViT-Base values (alpha 2, beta 0.6, c 3); MLP weights ("stem.*") get SUO, the rest default."""
+    if role.startswith("stem."):
+        init_schemes.suo_(tensor, gen)
+    else:
+        default(tensor, role, gen)
+
+
 def _branch_end_norms(model: nn.Module) -> list[nn.Module]:
     return [m.end_norm for m in model.modules() if getattr(m, "end_norm", None) is not None]
 
@@ -156,9 +208,9 @@ def parse_overrides(text: str) -> dict[str, str]:
         if role not in WEIGHT_ROLES:
             raise SpecError("init.overrides", f"{role!r} is not a weight role; use one of {', '.join(WEIGHT_ROLES)}")
         INITS.lookup(name, "init.overrides")
-        if INITS[name].extra.get("gates"):
-            raise SpecError("init.overrides", f"{name} changes the architecture and cannot be a per-role override; "
-                                              "choose it as init.name instead")
+        if INITS[name].extra.get("gates") or INITS[name].extra.get("attention"):
+            raise SpecError("init.overrides", f"{name} changes the architecture or sets several weights jointly and "
+                                              "cannot be a per-role override; choose it as init.name instead")
         found[role] = name
     return found
 
@@ -180,16 +232,28 @@ def uses_gates(section) -> bool:
 def initialize(model: nn.Module, section, seed: int) -> None:
     """Fill the model's parameters by role with the scheme a spec's init section names."""
     main = _scheme(section.name, section.params, model)
-    schemes = {role: _scheme(name, INITS[name].defaults(), model) for role, name in parse_overrides(section.overrides).items()}
+    overrides = parse_overrides(section.overrides)
+    schemes = {role: _scheme(name, INITS[name].defaults(), model) for role, name in overrides.items()}
+    joint = INITS[section.name].extra.get("attention")
     gen = torch.Generator().manual_seed(seed)
     params = dict(model.named_parameters())
+    modules = dict(model.named_modules())
+    done = set()
     for name, role in roles(model).items():
+        if name in done:
+            continue
         tensor = params[name]
+        if joint and role == "attn.q" and not {"attn.q", "attn.k"} & overrides.keys():
+            owner = name.rsplit(".", 1)[0]
+            done.update(f"{owner}.{attr}" for attr in joint(modules[owner], gen, **main[1]))
+            continue
         if role in WEIGHT_ROLES:
             scheme, scheme_params = schemes.get(role, main)
             scheme(tensor, role, gen, **scheme_params)
         elif role == "norm":
             tensor.fill_(1.0 if name.endswith("weight") else 0.0)
+        elif role == "pos":
+            nn.init.normal_(tensor, 0.0, POS_STD, generator=gen)
         elif role == "bias":
             tensor.zero_()
     finalize = INITS[section.name].extra.get("finalize")

@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from explorer.nn.models import WEIGHT_ROLES
+from explorer.nn.models import BRANCH_ENDS, WEIGHT_ROLES
 from explorer.registry import Param
 
 __all__ = [
@@ -348,6 +348,8 @@ def idinit(tensor, role, gen, tau=1.0, tau_embed=math.sqrt(2.0), eps=1e-6, loose
     * roles "main", "stem.in", "stem.mid": IDI_tau, tau = 1;
     * roles "stem.out" (last layer of a residual branch) and "head" (final
       classification/regression layer): IDIZ_eps, eps = 1e-6;
+    * attention (Appendix A.5): IDI_1 on W_Q, W_K, W_V ("attn.q/k/v") and IDIZ_eps on the
+      output transformation W_O ("attn.o"), which ends the attention branch;
     * convolution kernels: IDIC_tau (conv="patch", or the channel-maintain Dirac kernel
       with conv="channel" for the Sec. 4.2 ablation) and IDIZC_eps.
 
@@ -357,7 +359,7 @@ def idinit(tensor, role, gen, tau=1.0, tau_embed=math.sqrt(2.0), eps=1e-6, loose
     Ablations: conv="channel" drops IDIC, eps=0 drops IDIZ, loose_std=0 drops Loose.
     """
     _check_role(role)
-    if role in ("stem.out", "head"):
+    if role in BRANCH_ENDS or role == "head":
         return idiz_(tensor, eps, gen)
     value = tau_embed if role == "embed" else tau
     if tensor.dim() > 2:
@@ -366,24 +368,24 @@ def idinit(tensor, role, gen, tau=1.0, tau_embed=math.sqrt(2.0), eps=1e-6, loose
 
 
 def zero(tensor, role, gen):
-    """ZerO (Zhao et al. 2022): `zero_hadamard_` on every weight, zero on role "stem.out".
+    """ZerO (Zhao et al. 2022): `zero_hadamard_` on every weight, zero on branch ends ("stem.out", "attn.o").
 
     Identity for square layers, partial identity for dimension-reducing ones (including
     the head), scaled Hadamard for dimension-increasing ones, and zeros for the last
     layer of each residual branch. Deterministic: nothing is drawn from `gen`.
     """
     _check_role(role)
-    return zero_hadamard_(tensor, last=role == "stem.out")
+    return zero_hadamard_(tensor, last=role in BRANCH_ENDS)
 
 
 @torch.no_grad()
 def fixup(tensor, role, gen, n_branches=8, layers_per_branch=2):
     """Fixup (Zhang et al. 2019, Sec. 3): He init rescaled inside branches, zeros at their ends.
 
-    * roles "stem.in", "stem.mid" (non-last layers of a residual branch): He normal,
-      N(0, 2 / fan_in), times fixup_scale(n_branches, layers_per_branch) =
+    * roles "stem.in", "stem.mid", "attn.q/k/v" (non-last layers of a residual branch): He
+      normal, N(0, 2 / fan_in), times fixup_scale(n_branches, layers_per_branch) =
       L^(-1/(2m-2));
-    * roles "stem.out" (last layer of a branch) and "head" (classification layer): 0;
+    * roles "stem.out", "attn.o" (last layer of a branch) and "head" (classification layer): 0;
     * roles "embed", "main" (outside the branches): plain He normal.
 
     explorer.init.initialize passes L = n_branches and m = layers_per_branch, counted on
@@ -392,10 +394,56 @@ def fixup(tensor, role, gen, n_branches=8, layers_per_branch=2):
     CIFAR code uses fan_out for its square branch convs, which is the same there.
     """
     _check_role(role)
-    if role in ("stem.out", "head"):
+    if role in BRANCH_ENDS or role == "head":
         return tensor.zero_()
     _check_weight(tensor)
     std = math.sqrt(2.0 / _fan_in(tensor))
-    if role in ("stem.in", "stem.mid"):
+    if role not in ("embed", "main"):
         std *= fixup_scale(n_branches, layers_per_branch)
     return torch.nn.init.normal_(tensor, 0.0, std, generator=gen)
+
+
+# --------------------------------------------------------------------------- Transformers (Cutting the Skip)
+
+@torch.no_grad()
+def mimetic_qk_(wq: torch.Tensor, wk: torch.Tensor, heads: int, alpha: float, beta: float,
+                gen: torch.Generator | None = None) -> None:
+    """W_Q W_K^T = alpha Z + beta I per head, Z_ij ~ N(0, 1/d) (Cutting the Skip Eq. 11; mimetic init).
+
+    wq, wk are (d, d) weights in nn.Linear's layout (W_Q = wq^T in the paper's row
+    convention); head h owns rows h*k..(h+1)*k, k = d / heads. Each head draws its own Z;
+    with M = alpha Z + beta I = U S V^T, W_Q,h = U_k S_k^(1/2) and W_K,h = V_k S_k^(1/2) (the
+    k leading singular directions), so W_Q,h W_K,h^T is the best rank-k approximation of M,
+    and exactly M with one head.
+    """
+    d = wq.shape[1]
+    k = wq.shape[0] // heads
+    for h in range(heads):
+        z = torch.randn(d, d, generator=gen, dtype=torch.float64) / math.sqrt(d)
+        u, s, vh = torch.linalg.svd(alpha * z + beta * torch.eye(d, dtype=torch.float64))
+        root = s[:k].sqrt()
+        wq[h * k:(h + 1) * k].copy_((u[:, :k] * root).T)
+        wk[h * k:(h + 1) * k].copy_((vh[:k].T * root).T)
+
+
+@torch.no_grad()
+def orthogonal_vo_(wv: torch.Tensor, wo: torch.Tensor, c: float, gen: torch.Generator | None = None) -> None:
+    """W_V = c U, W_O = c V^T from the SVD of a Gaussian d x d matrix: W_V W_O = c^2 (orthogonal) (Sec. 5.1).
+
+    In nn.Linear's layout wv = W_V^T and wo = W_O^T. The heads split W_V's columns and W_O's
+    rows consistently, so the full product is the sum of the per-head products.
+    """
+    d = wv.shape[0]
+    u, _, vh = torch.linalg.svd(torch.randn(d, d, generator=gen, dtype=torch.float64))
+    wv.copy_((c * u).T)
+    wo.copy_((c * vh).T)
+
+
+@torch.no_grad()
+def suo_(tensor: torch.Tensor, gen: torch.Generator | None = None) -> torch.Tensor:
+    """Scale-corrected uniform orthogonal (Martens et al. 2021): sqrt(max(1, d_out / d_in)) times a uniform
+    (semi-)orthogonal matrix, so each output unit has variance 1 / d_in per unit input variance."""
+    _check_weight(tensor)
+    d_out, d_in = tensor.shape[0], tensor[0].numel()
+    torch.nn.init.orthogonal_(tensor, generator=gen)
+    return tensor.mul_(math.sqrt(max(1.0, d_out / d_in)))

@@ -3,14 +3,15 @@
 A network is a stack of blocks f_1..f_L. x_0 is the embedded input and y_j = f_j(input_j)
 the output of block j. The papers write the history in two bases:
 
-* state basis (ANCRe, the i:j shortcuts, cascaded, tau): x_j = act(s * y_j + sum_{i<j} P[i, j] x_i),
+* state basis (ANCRe, the i:j shortcuts, cascaded, tau): x_j = act_j(s * y_j + sum_{i<j} P[i, j] x_i),
   the input of block j is x_{j-1} and the network output is x_L;
 * branch basis (DCA's GRN): input_t = mix_t(x_0, d_1, ..., d_{t-1}) and the output is
-  mix_{L+1}(x_0, d_1, ..., d_L), where d_t = act(input_t + y_t) - input_t is what block t
+  mix_{L+1}(x_0, d_1, ..., d_L), where d_t = act_t(input_t + y_t) - input_t is what block t
   added to the stream (d_t = y_t when the main stem is linear).
 
-`act` is the main-stem activation (identity, or ReLU for the MLP-ResNet of the tau
-paper), a block option rather than a topology. With a linear stem the two bases are
+`act_j` is the main-stem operation after block j's merge (identity; ReLU for the MLP-ResNet
+of the tau paper; a normalisation for post-norm Transformers), a block option rather than a
+topology: `run` receives one per block. With a linear stem the two bases are
 related by a cumulative sum, which is what `coefficients()` reports:
 
 * `own`: an (L+1) x (L+1) matrix in the topology's own basis. Rows are destinations
@@ -60,8 +61,8 @@ class Topology(nn.Module):
         self.n_blocks = n_blocks
 
     @abstractmethod
-    def run(self, x0: torch.Tensor, blocks: nn.ModuleList, act) -> torch.Tensor:
-        """The network's output (before any head) for embedded input x0."""
+    def run(self, x0: torch.Tensor, blocks: nn.ModuleList, acts) -> torch.Tensor:
+        """The network's output (before any head) for embedded input x0; acts[j - 1] follows block j's merge."""
 
     @abstractmethod
     def own_matrix(self) -> np.ndarray:
@@ -125,11 +126,12 @@ def _weighted_sum(history: _Chunks, weights: torch.Tensor) -> torch.Tensor:
 # state-basis topologies
 # --------------------------------------------------------------------------------------
 class Chain(Topology):
-    """x_j = act(x_{j-1} + s * y_j) (cascaded, tau) or act(y_j) (none)."""
+    """x_j = act(x_{j-1} + s * y_j) (cascaded, tau), act(s * (x_{j-1} + y_j)) (tau after the addition), or act(y_j) (none)."""
 
-    def __init__(self, n_blocks: int, skip: bool, scale: float = 1.0, learnable: bool = False):
+    def __init__(self, n_blocks: int, skip: bool, scale: float = 1.0, learnable: bool = False, after: bool = False):
         super().__init__(n_blocks)
         self.skip = skip
+        self.after = after
         self.learnable = learnable
         if learnable:
             self.tau = nn.Parameter(torch.tensor(float(scale)))
@@ -141,15 +143,18 @@ class Chain(Topology):
     def branch_scale(self) -> float:
         return float(self.tau) if self.learnable else self.scale
 
-    def run(self, x0, blocks, act):
+    def run(self, x0, blocks, acts):
         x = x0
         if not self.skip:
-            for block in blocks:
+            for block, act in zip(blocks, acts):
                 x = act(block(x))
             return x
-        for block in blocks:
+        scale = self.tau if self.learnable else self.scale
+        for block, act in zip(blocks, acts):
             y = block(x)
-            if self.learnable:
+            if self.after:
+                x = act((x + y) * scale)
+            elif self.learnable:
                 x = act(torch.addcmul(x, self.tau, y))
             elif self.scale == 1.0:
                 x = act(x + y)
@@ -159,7 +164,9 @@ class Chain(Topology):
 
     def own_matrix(self):
         size = self.n_blocks + 1
-        return np.eye(size, k=-1) if self.skip else np.zeros((size, size))
+        if not self.skip:
+            return np.zeros((size, size))
+        return np.eye(size, k=-1) * (self.branch_scale() if self.after else 1.0)
 
 
 class Shortcuts(Topology):
@@ -171,14 +178,14 @@ class Shortcuts(Topology):
         self.sources = {j: [i for i, jj in self.pairs if jj == j] for j in range(1, n_blocks + 1)}
         self.kept = {i for i, _ in self.pairs}  # states some later layer reads
 
-    def run(self, x0, blocks, act):
+    def run(self, x0, blocks, acts):
         states = {0: x0}
         x = x0
         for j, block in enumerate(blocks, start=1):
             y = block(x)
             for i in self.sources[j]:
                 y = y + states[i]
-            x = act(y)
+            x = acts[j - 1](y)
             if j in self.kept:
                 states[j] = x
         return x
@@ -217,26 +224,26 @@ class ANCRe(Topology):
         dim = 0 if self.normalization == "ingoing" else 1
         return torch.softmax(scaled.masked_fill(~self.mask, float("-inf")), dim=dim).nan_to_num(0.0) * self.mask
 
-    def run(self, x0, blocks, act):
+    def run(self, x0, blocks, acts):
         p = self.probabilities()
         if fast_path_ok(x0):
             mixer = Mixer(p, x0)
             x = x0
             for j, block in enumerate(blocks, start=1):
-                x = act(block(x) + mixer.mix(j))
+                x = acts[j - 1](block(x) + mixer.mix(j))
                 mixer.push(x)
             mixer.close()
             return x
-        return self.run_reference(x0, blocks, act, p)
+        return self.run_reference(x0, blocks, acts, p)
 
-    def run_reference(self, x0, blocks, act, p=None):
+    def run_reference(self, x0, blocks, acts, p=None):
         """The same computation with plain autograd ops (used under torch.func, and to test the fast path)."""
         p = self.probabilities() if p is None else p
         history = _Chunks()
         history.append(x0)
         x = x0
         for j, block in enumerate(blocks, start=1):
-            x = act(block(x) + _weighted_sum(history, p[:j, j]))
+            x = acts[j - 1](block(x) + _weighted_sum(history, p[:j, j]))
             history.append(x)
         return x
 
@@ -296,23 +303,20 @@ class GRN(Topology):
             weight = weight + gate.unsqueeze(axis)
         return (part * weight).sum(0)
 
-    def _branch(self, inp, block, act):
-        """What block t adds to the stream: d_t = act(inp + y_t) - inp (= y_t for a linear stem)."""
-        return block(inp) if act is _identity else act(inp + block(inp)) - inp
-
-    def run(self, x0, blocks, act):
+    def run(self, x0, blocks, acts):
         if self.k:
-            return self._run_k(x0, blocks, act)
+            return self._run_k(x0, blocks, acts)
         if self.version == 1 and fast_path_ok(x0):
             mixer = Mixer(nn.functional.pad(self.weights.T, (1, 0)), x0)  # weights[t - 1, i] -> mixer.weights[i, t]
             for t, block in enumerate(blocks, start=1):
-                mixer.push(self._branch(mixer.mix(t), block, act))
+                inp = mixer.mix(t)
+                mixer.push(branch_output(inp, block(inp), acts[t - 1]))
             out = mixer.mix(self.n_blocks + 1)
             mixer.close()
             return out
-        return self.run_reference(x0, blocks, act)
+        return self.run_reference(x0, blocks, acts)
 
-    def run_reference(self, x0, blocks, act):
+    def run_reference(self, x0, blocks, acts):
         """Full history with plain autograd ops (GRN-v2/v3, torch.func, and the fast path's reference)."""
         rows = self.weights.unbind(0)
         gates = self.gates.unbind(0) if self.version == 3 else [None] * len(rows)
@@ -327,10 +331,11 @@ class GRN(Topology):
             return total
 
         for t, block in enumerate(blocks, start=1):
-            history.append(self._branch(mix(t - 1), block, act))
+            inp = mix(t - 1)
+            history.append(branch_output(inp, block(inp), acts[t - 1]))
         return mix(self.n_blocks)
 
-    def _run_k(self, x0, blocks, act):
+    def _run_k(self, x0, blocks, acts):
         """First-and-last-k: sources x_0, the running sum of the middle outputs, the last k outputs."""
         rows = self.weights.unbind(0)
         gates = self.gates.unbind(0) if self.version == 3 else [None] * len(rows)
@@ -344,7 +349,8 @@ class GRN(Topology):
             return self._combine(torch.stack(sources), b, gates[row])
 
         for t, block in enumerate(blocks, start=1):
-            last.append(self._branch(mix(t - 1), block, act))
+            inp = mix(t - 1)
+            last.append(branch_output(inp, block(inp), acts[t - 1]))
             if len(last) > self.k:
                 oldest = last.pop(0)
                 middle = oldest if middle is None else middle + oldest
@@ -368,8 +374,92 @@ class GRN(Topology):
         return own
 
 
+class DCA(Topology):
+    """DeepCrossAttention (DCA Sec. 3.2, Figure 4): three GRN-v3 mixes per Transformer block.
+
+    For block t the sources are G_t = [x_0, d_1, ..., d_{t-1}] (all of them, or with k > 0 the
+    first and last-k: x_0, the sum of the middle outputs and the last k). Three independent
+    GRN-v3 mixes of G_t give the query, key and value inputs q_t, k_t, v_t, and the block runs
+    h = q_t + attn(q_t, k_t, v_t), out = h + mlp(h); what it adds to the stream is
+    d_t = out - q_t, so "the inputs are not added to the outputs of the decoder block, but
+    are included in the inputs of both the attention and the feed forward module". The
+    network output is one more GRN-v3 mix of G_{L+1}.
+
+    At initialisation (weights b = 1, gates w = 0) every mix is the plain sum x_{t-1}, so
+    DCA is exactly the standard pre-norm Transformer. As for GRN-v3, the zero-initialised
+    gates sit at ReLU's kink and receive no gradient (see GRN).
+    """
+
+    basis = "branch"
+    INPUTS = ("query", "key", "value")
+
+    def __init__(self, n_blocks: int, width: int, k: int = 0):
+        super().__init__(n_blocks)
+        self.k = k
+        slots = n_blocks + 1 if k == 0 else k + 2
+        self.weights = nn.Parameter(torch.ones(3, n_blocks, slots, width))  # [input, block t-1, source slot, feature]
+        self.gates = nn.Parameter(torch.zeros(3, n_blocks, width))
+        self.out_weights = nn.Parameter(torch.ones(slots, width))
+        self.out_gates = nn.Parameter(torch.zeros(width))
+
+    def _slots(self, n_last: int, has_middle: bool) -> list[int]:
+        """Weight slots of the current sources (full history: 0..t-1; k-DCA: x_0, middle, last k)."""
+        if self.k == 0:
+            return list(range(n_last + 1))
+        return [0] + ([1] if has_middle else []) + list(range(2 + self.k - n_last, 2 + self.k))
+
+    @staticmethod
+    def _mix(part: torch.Tensor, b: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        """sum_i part_i * (b_i + gate_i): per-feature weights b (n, d) plus one input-dependent weight per token."""
+        shape = (b.shape[0],) + (1,) * (part.dim() - 2) + (b.shape[1],)
+        return (part * (b.view(shape) + gate.unsqueeze(-1))).sum(0)
+
+    def run(self, x0, blocks, acts):
+        sources_last, middle = [], None  # k-DCA keeps the last k outputs and the sum of the ones before
+
+        def sources():
+            return [x0] + ([middle] if middle is not None else []) + sources_last
+
+        for t, block in enumerate(blocks, start=1):
+            part = torch.stack(sources())
+            slots = self._slots(len(sources_last), middle is not None)
+            gates = torch.relu(part @ self.gates[:, t - 1].T)  # (n, ..., 3): the three inputs' gates at once
+            q, k, v = (self._mix(part, self.weights[m, t - 1, slots], gates[..., m]) for m in range(3))
+            d = branch_output(q, block(q, k, v), acts[t - 1])
+            sources_last.append(d)
+            if self.k and len(sources_last) > self.k:
+                oldest = sources_last.pop(0)
+                middle = oldest if middle is None else middle + oldest
+        part = torch.stack(sources())
+        slots = self._slots(len(sources_last), middle is not None)
+        return self._mix(part, self.out_weights[slots], torch.relu(part @ self.out_gates))
+
+    def own_matrix(self):
+        """Rows 0..L-1: block inputs (query, key and value weights averaged, and over features); row L: the output."""
+        size = self.n_blocks + 1
+        rows = torch.cat([self.weights.detach().mean((0, 3)), self.out_weights.detach().mean(1, keepdim=True).T])
+        own = np.zeros((size, size))
+        for row in range(size):
+            n_sources = row + 1
+            w = rows[row].cpu().double().numpy()
+            if self.k == 0:
+                own[row, :n_sources] = w[:n_sources]
+                continue
+            n_last = min(self.k, n_sources - 1)
+            own[row, 0] = w[0]
+            own[row, 1:n_sources - n_last] = w[1]
+            for m in range(n_last):
+                own[row, n_sources - n_last + m] = w[2 + self.k - n_last + m]
+        return own
+
+
 def _identity(x):
     return x
+
+
+def branch_output(inp: torch.Tensor, y: torch.Tensor, act) -> torch.Tensor:
+    """What a block added to the stream in the branch basis: d = act(inp + y) - inp (= y for a linear stem)."""
+    return y if act is _identity else act(inp + y) - inp
 
 
 def stem_activation(name: str):
@@ -414,7 +504,11 @@ def _check_shortcuts(params, n_blocks):
     parse_shortcuts(params["shortcuts"], n_blocks)
 
 
-TOPOLOGIES.register("none", "no residual connection: input_j = y_{j-1} (plain, skipless)", shareable=True)(
+TOPOLOGIES.register("none", "no residual connection: input_j = y_{j-1} (plain; a Transformer block keeps its inner "
+                            "attention-to-MLP skip, see skipless)", shareable=True, residual=False)(
+    lambda n_blocks, width, depth: Chain(n_blocks, skip=False))
+TOPOLOGIES.register("skipless", "Transformers only: no residual on attention or MLP (Cutting the Skip); the blocks are "
+                                "the attention and MLP sub-blocks", residual=False, transformer_only=True, level="module")(
     lambda n_blocks, width, depth: Chain(n_blocks, skip=False))
 TOPOLOGIES.register("cascaded", "standard residual: input_j = x_0 + y_1 + ... + y_{j-1}", shareable=True)(
     lambda n_blocks, width, depth: Chain(n_blocks, skip=True))
@@ -426,11 +520,14 @@ TOPOLOGIES.register("cascaded", "standard residual: input_j = x_0 + y_1 + ... + 
     (
         Param("value", "rule", "1/sqrt(L)", f"tau: a number or one of {', '.join(DEPTH_RULES)} (L = model depth)", low=0.0, high=100.0),
         Param("learnable", "bool", False, "learn one shared tau (initialised from its rule, gradient averaged over blocks, lr / 10)"),
+        Param("placement", "choice", "branch", "branch: x + tau f(x) (the tau paper's ResNet); after: tau (x + f(x)), "
+                                               "after each residual addition (its Transformer without normalisation, "
+                                               "Appendix H)", choices=("branch", "after")),
     ),
     shareable=True,
 )
-def _tau(n_blocks, width, depth, value, learnable):
-    return Chain(n_blocks, skip=True, scale=depth_rule(value, depth), learnable=learnable)
+def _tau(n_blocks, width, depth, value, learnable, placement):
+    return Chain(n_blocks, skip=True, scale=depth_rule(value, depth), learnable=learnable, after=placement == "after")
 
 
 @TOPOLOGIES.register(
@@ -465,6 +562,11 @@ for _version, _text in ((1, "learned scalar weight per earlier output"),
                         (3, "per-feature weights plus an input-dependent ReLU gate per earlier output")):
     TOPOLOGIES.register(f"grn-v{_version}", f"GRN-v{_version} (DCA): {_text}", (_K,), check=_check_k)(
         lambda n_blocks, width, depth, k, _v=_version: GRN(n_blocks, width, _v, k))
+
+
+TOPOLOGIES.register("dca", "Transformers only: DeepCrossAttention, three GRN-v3 mixes give each block's query, key and "
+                           "value inputs (k > 0: k-DCA)", (_K,), check=_check_k, transformer_only=True)(
+    lambda n_blocks, width, depth, k: DCA(n_blocks, width, k))
 
 
 def build_topology(section, n_blocks: int, width: int, depth: int) -> Topology:

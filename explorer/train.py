@@ -100,9 +100,12 @@ def build(spec: ExperimentSpec, device: str | torch.device | None = None) -> tup
 
 
 def loss_function(task: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """Cross-entropy for classification; 0.5 * squared error summed over outputs, averaged over examples."""
+    """Cross-entropy for classification and for next-token prediction (averaged over every position);
+    0.5 * squared error summed over outputs, averaged over examples, for regression."""
     if task == "classification":
         return nn.functional.cross_entropy
+    if task == "language-modeling":
+        return lambda out, target: nn.functional.cross_entropy(out.flatten(0, -2), target.flatten())
     return lambda out, target: 0.5 * (out - target).pow(2).sum(-1).mean()
 
 
@@ -129,14 +132,14 @@ class _Batches:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, data: Dataset, split: str = "val") -> dict[str, float]:
-    """Loss (and accuracy for classification) on a whole split, in eval mode."""
+    """Loss (and accuracy, per example or per token, for classification and language modelling) on a whole split."""
     x, y = data.split(split)
     was_training = model.training
     model.eval()
     out = model(x)
     model.train(was_training)
     metrics = {f"{split}_loss": loss_function(data.task)(out, y)}
-    if data.task == "classification":
+    if data.task != "regression":
         metrics[f"{split}_accuracy"] = (out.argmax(-1) == y).float().mean()
     return {k: float(v) for k, v in metrics.items()}
 

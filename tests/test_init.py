@@ -14,10 +14,15 @@ VECTOR_MODELS = {
     "mlp": ({"name": "mlp", "depth": 3, "width": 16, "norm": "layernorm"}, {"name": "spirals", "n_train": 64, "n_val": 16}),
     "resnet-cifar": ({"name": "resnet-cifar", "depth": 8, "width": 4}, IMAGES),
     "allconv": ({"name": "allconv", "width": 4}, IMAGES),
+    "gpt": ({"name": "gpt", "depth": 2, "width": 16, "heads": 2}, {"name": "text", "context": 16, "max_chars": 4000}),
+    "vit": ({"name": "vit", "depth": 2, "width": 16, "heads": 2, "patch": 4}, {"name": "shapes", "size": 16, "n_train": 32, "n_val": 8}),
 }
 # (model, scheme) pairs that do not apply, and must say so with a SpecError at init.name
+ATTENTION_SCHEMES = ("mimetic", "skipless")
 NOT_APPLICABLE = {("allconv", "rezero"), ("allconv", "skipinit")} | {
-    (model, "zero-gamma") for model in ("linear", "lowrank", "mlp-resnet", "mlp", "allconv")}
+    (model, "zero-gamma") for model in ("linear", "lowrank", "mlp-resnet", "mlp", "allconv", "gpt", "vit")} | {
+    (model, scheme) for model in ("linear", "lowrank", "mlp-resnet", "mlp", "resnet-cifar", "allconv")
+    for scheme in ATTENTION_SCHEMES}
 
 
 def spec(model="mlp", init=None, topology=None, **train):

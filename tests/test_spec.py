@@ -322,7 +322,7 @@ def test_changing_section_name_resets_its_params_to_new_defaults():
     spec = ExperimentSpec.default().with_values({
         "topology.name": "tau", "topology.value": 0.3, "topology.learnable": True, "model.depth": 5,
     })
-    assert dict(spec.topology.params) == {"value": 0.3, "learnable": True}
+    assert dict(spec.topology.params) == {**tau_defaults, "value": 0.3, "learnable": True}
 
     ancre = spec.with_values({"topology.name": "ancre"})
     assert ancre.topology.name == "ancre"

@@ -232,7 +232,7 @@ def test_fast_dense_mix_matches_plain_autograd(model_name, topology):
     def outputs_and_grads(run):
         model.zero_grad()
         x0.grad = None
-        out = run(x0, model.stack.blocks, model.stack._act)
+        out = run(x0, model.stack.blocks, model.stack.acts)
         (out * torch.linspace(-1, 1, out.shape[-1])).sum().backward()
         return out.detach(), x0.grad.clone(), {n: p.grad.clone() for n, p in model.stack.named_parameters()}
 
@@ -255,7 +255,7 @@ def test_torch_func_jacobian_works_on_dense_topologies():
         x = data.x_train[0]
         jac = jacrev(model.stack)(x)
         dense = torch.autograd.functional.jacobian(lambda v: model.stack.topology.run_reference(
-            v, model.stack.blocks, model.stack._act), x)
+            v, model.stack.blocks, model.stack.acts), x)
         assert torch.allclose(jac, dense, atol=1e-5)
 
 
@@ -268,7 +268,7 @@ def test_fast_mix_with_two_graphs_alive_at_once():
     ((out_a * weights).sum() + (out_b * weights).sum() ** 2).backward()
     fast = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    topo, blocks, act = model.stack.topology, model.stack.blocks, model.stack._act
+    topo, blocks, act = model.stack.topology, model.stack.blocks, model.stack.acts
     ref_a, ref_b = topo.run_reference(xa, blocks, act), topo.run_reference(xb, blocks, act)
     ((ref_a * weights).sum() + (ref_b * weights).sum() ** 2).backward()
     for name, grad in fast.items():

@@ -18,7 +18,7 @@ from explorer.registry import Param, Registry
 
 DATASETS = Registry("datasets")
 
-TASKS = ("regression", "classification")
+TASKS = ("regression", "classification", "language-modeling")
 
 
 class DataDims(NamedTuple):
@@ -119,4 +119,4 @@ def _cached(name: str, key: tuple) -> Dataset:
 
 SEED = Param("seed", "int", 0, "seed of the data generator (independent of the training seed)", low=0, high=2**31 - 1)
 
-from explorer.data import synthetic, tabular, images  # noqa: E402,F401  (register the datasets)
+from explorer.data import synthetic, tabular, images, text  # noqa: E402,F401  (register the datasets)

@@ -39,13 +39,15 @@ class LowRank(nn.Module):
 
 
 class Norm(nn.Module):
-    """LayerNorm or BatchNorm over the feature dimension, or nothing."""
+    """LayerNorm, RMSNorm or BatchNorm over the feature dimension, or nothing."""
 
     def __init__(self, kind: str, width: int):
         super().__init__()
         self.kind = kind
         if kind == "layernorm":
             self.norm = nn.LayerNorm(width)
+        elif kind == "rmsnorm":
+            self.norm = nn.RMSNorm(width)
         elif kind == "batchnorm":
             self.norm = nn.BatchNorm1d(width)
         else:
@@ -56,14 +58,18 @@ class Norm(nn.Module):
         return self.norm(x)
 
 
-class MLPBlock(nn.Module):
-    """Pre-activation MLP branch f(x) = V relu(W norm(x)) (+ biases)."""
+ACTIVATIONS = {"relu": torch.relu, "gelu": nn.functional.gelu}
 
-    def __init__(self, width: int, hidden: int, norm: str, bias: bool):
+
+class MLPBlock(nn.Module):
+    """Pre-activation MLP branch f(x) = V act(W norm(x)) (+ biases); act is ReLU or GELU."""
+
+    def __init__(self, width: int, hidden: int, norm: str, bias: bool, activation: str = "relu"):
         super().__init__()
         self.norm = Norm(norm, width)
         self.inner = Linear(width, hidden, "stem.in", bias)
         self.outer = Linear(hidden, width, "stem.out", bias)
+        self.act = ACTIVATIONS[activation]
 
     def forward(self, x):
-        return self.outer(torch.relu(self.inner(self.norm(x))))
+        return self.outer(self.act(self.inner(self.norm(x))))

@@ -94,7 +94,7 @@ def _resnet_check(p, data_dims):
                                        f"set model.depth={max(8, (p['depth'] - 2) // 6 * 6 + 2)}")
 
 
-def resnet_blocks(p) -> int:
+def resnet_blocks(p, topology=None) -> int:
     """Blocks of the smallest stage stack (what a per-stage topology such as i:j must fit)."""
     n = (p["depth"] - 2) // 6
     return max(n - 1, 0)
@@ -146,7 +146,7 @@ def _allconv_topology_check(spec) -> None:
     "allconv",
     "All-CNN-C (IDInit Table 9): nine convolutions, no residual connection, global average pooling",
     defaults={"depth": 9, "width": 96},
-    n_blocks=lambda p: 0, check=_allconv_check, check_spec=_allconv_topology_check,
+    n_blocks=lambda p, topology: 0, check=_allconv_check, check_spec=_allconv_topology_check,
 )
 def allconv(depth, width, topology, data_dims):
     """3x3 convs (w, w, w stride 2, 2w, 2w, 2w stride 2, 2w), 1x1 convs (2w, classes), ReLUs, average pool.

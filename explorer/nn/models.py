@@ -14,8 +14,9 @@ from explorer.nn.blocks import Linear, LowRank, MLPBlock, Norm
 from explorer.registry import Param, Registry, SpecError
 from explorer.topology import Topology, build_topology, stem_activation
 
-# Roles of weights that initialisation schemes fill (the others: norm, bias, mix, scale).
-WEIGHT_ROLES = ("embed", "main", "stem.in", "stem.mid", "stem.out", "head")
+# Roles of weights that initialisation schemes fill (the others: norm, bias, pos, mix, scale).
+WEIGHT_ROLES = ("embed", "main", "stem.in", "stem.mid", "stem.out", "attn.q", "attn.k", "attn.v", "attn.o", "head")
+BRANCH_ENDS = ("stem.out", "attn.o")  # last layer of a residual branch: zero-preserving schemes start it at (near) 0
 
 MODELS = Registry(
     "models",
@@ -36,22 +37,34 @@ class Gated(nn.Module):
         self.block = block
         self.alpha = nn.Parameter(torch.zeros(()))
 
-    def forward(self, x):
-        return self.alpha * self.block(x)
+    def forward(self, *inputs):
+        return self.alpha * self.block(*inputs)
 
 
 class Stack(nn.Module):
-    """Blocks f_1..f_L run under a Topology with a main-stem activation (the part probes look at)."""
+    """Blocks f_1..f_L run under a Topology (the part probes look at).
 
-    def __init__(self, blocks: list[nn.Module], topology: Topology, activation: str = "none"):
+    After each merge the main stem applies `activation` ("none" or "relu"), or, for post-norm
+    Transformers, block j's own normalisation `post_norms[j - 1]`.
+    """
+
+    def __init__(self, blocks: list[nn.Module], topology: Topology, activation: str = "none",
+                 post_norms: list[nn.Module] | None = None):
         super().__init__()
         self.blocks = nn.ModuleList(blocks)
         self.topology = topology
         self.activation = activation
-        self._act = stem_activation(activation)
+        self.post_norms = nn.ModuleList(post_norms) if post_norms is not None else None
+
+    @property
+    def acts(self) -> list:
+        """The main-stem operation after each block's merge."""
+        if self.post_norms is not None:
+            return list(self.post_norms)
+        return [stem_activation(self.activation)] * len(self.blocks)
 
     def forward(self, x0):
-        return self.topology.run(x0, self.blocks, self._act)
+        return self.topology.run(x0, self.blocks, self.acts)
 
 
 class Network(nn.Module):
@@ -74,9 +87,9 @@ class ReLU(nn.Sequential):
         super().__init__(layer, nn.ReLU())
 
 
-def n_blocks(model_section) -> int:
-    """How many blocks the topology spans for a model section."""
-    return MODELS[model_section.name].extra["n_blocks"](model_section.params)
+def n_blocks(spec) -> int:
+    """How many blocks the topology spans (a Transformer at module level counts attention and MLP apart)."""
+    return MODELS[spec.model.name].extra["n_blocks"](spec.model.params, spec.topology)
 
 
 def _square_check(p, data_dims):
@@ -90,7 +103,7 @@ def _square_check(p, data_dims):
 
 
 @MODELS.register("linear", "deep linear network: depth K layers of width x width, no bias (ANCRe case study)",
-                 n_blocks=lambda p: p["depth"], check=_square_check)
+                 n_blocks=lambda p, topology: p["depth"], check=_square_check)
 def linear(depth, width, topology, data_dims):
     blocks = [Linear(width, width, "main") for _ in range(depth)]
     return Network(nn.Identity(), Stack(blocks, build_topology(topology, depth, width, depth)), nn.Identity())
@@ -104,7 +117,7 @@ def _lowrank_check(p, data_dims):
 
 @MODELS.register("lowrank", "low-rank linear residual network: depth T layers V_t = U_t W_t of rank r (DCA Figure 1)",
                  (Param("rank", "int", 3, "rank r of each layer", low=1, high=65_536),),
-                 n_blocks=lambda p: p["depth"], check=_lowrank_check)
+                 n_blocks=lambda p, topology: p["depth"], check=_lowrank_check)
 def lowrank(depth, width, rank, topology, data_dims):
     blocks = [LowRank(width, rank) for _ in range(depth)]
     return Network(nn.Identity(), Stack(blocks, build_topology(topology, depth, width, depth)), nn.Identity())
@@ -119,7 +132,7 @@ def _mlp_resnet_check(p, data_dims):
 @MODELS.register(
     "mlp-resnet",
     "the tau paper's ResNet: h0 = relu(Ax), L-1 layers h = relu(h + tau W h), relu(W_L h), output B h",
-    n_blocks=lambda p: p["depth"] - 1, check=_mlp_resnet_check,
+    n_blocks=lambda p, topology: p["depth"] - 1, check=_mlp_resnet_check,
 )
 def mlp_resnet(depth, width, topology, data_dims):
     """Section 2 of the tau paper; the topology acts on the L-1 residual layers with a ReLU main stem.
@@ -143,7 +156,7 @@ def mlp_resnet(depth, width, topology, data_dims):
               choices=("none", "layernorm", "batchnorm")),
         Param("bias", "bool", True, "use biases in the block and embedding layers"),
     ),
-    n_blocks=lambda p: p["depth"],
+    n_blocks=lambda p, topology: p["depth"],
 )
 def mlp(depth, width, hidden_ratio, norm, bias, topology, data_dims):
     hidden = max(1, round(width * hidden_ratio))
@@ -197,4 +210,4 @@ def roles(model: nn.Module) -> dict[str, str]:
     return found
 
 
-from explorer.nn import conv  # noqa: E402,F401  (registers resnet-cifar and allconv)
+from explorer.nn import conv, transformer  # noqa: E402,F401  (register resnet-cifar, allconv, gpt and vit)

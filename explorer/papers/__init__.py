@@ -8,9 +8,9 @@ PRESETS = Registry("presets")
 
 
 def _register_presets() -> None:
-    from explorer.papers import ancre, dca, tau
+    from explorer.papers import ancre, dca, skip, tau
 
-    for module in (ancre, dca, tau):
+    for module in (ancre, dca, skip, tau):
         for name, (description, spec_dict) in module.PRESETS.items():
             PRESETS.add(Entry(name, description, (), _loader(spec_dict), {"paper": module.__name__.rsplit(".", 1)[-1]}))
 
