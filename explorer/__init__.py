@@ -1,6 +1,6 @@
 """Residual Explorer: see and test how residual connections shape deep networks.
 
-Data flows one way: spec -> model -> run -> probes -> figures.
+Data flows one way: spec -> model -> run -> probes -> figures (explorer.plots).
 
     import explorer
     spec = explorer.preset("ancre-fig2b-0:2")
@@ -10,6 +10,7 @@ Data flows one way: spec -> model -> run -> probes -> figures.
 
 from explorer.nn.models import roles
 from explorer.papers import preset
+from explorer.probes import probe
 from explorer.registry import SpecError
 from explorer.spec import ExperimentSpec, registry
 from explorer.train import Event, Run, StopTraining, build, evaluate, train
@@ -23,6 +24,7 @@ __all__ = [
     "build",
     "evaluate",
     "preset",
+    "probe",
     "registry",
     "roles",
     "train",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from explorer.registry import Registry, SpecError
 
-KINDS = ("datasets", "models", "topologies", "inits", "optimizers", "presets")
+KINDS = ("datasets", "models", "topologies", "inits", "optimizers", "presets", "probes")
 
 
 def get(kind: str) -> Registry:
     """The registry of `kind` (one of KINDS)."""
-    from explorer import init, optim, papers, topology
+    from explorer import init, optim, papers, probes, topology
     from explorer.data import DATASETS
     from explorer.nn.models import MODELS
 
@@ -20,6 +20,7 @@ def get(kind: str) -> Registry:
         "inits": init.INITS,
         "optimizers": optim.OPTIMIZERS,
         "presets": papers.PRESETS,
+        "probes": probes.PROBES,
     }
     if kind not in registries:
         raise SpecError("kind", f"unknown registry {kind!r}; valid kinds: {', '.join(KINDS)}")

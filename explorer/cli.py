@@ -1,4 +1,4 @@
-"""`explorer` on the command line: train presets or spec files, list registries. JSON out with --json.
+"""`explorer` on the command line: train presets or spec files, probe them, list registries. JSON out with --json.
 
 Errors in a spec print the SpecError (field path and fix) and exit with status 2.
 """
@@ -27,6 +27,19 @@ def _parser() -> argparse.ArgumentParser:
                        help="change a value by its dotted path, e.g. --set model.depth=30 (repeatable)")
     train.add_argument("--json", action="store_true", help="print the run summary as JSON")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    probe = sub.add_parser("probe", help="train a preset or spec briefly (or not at all) and probe the model")
+    source = probe.add_mutually_exclusive_group(required=True)
+    source.add_argument("--preset", help="a preset name (see `explorer presets`)")
+    source.add_argument("--spec", type=Path, help="a spec JSON file")
+    probe.add_argument("--set", dest="changes", action="append", default=[], metavar="PATH=VALUE",
+                       help="change a spec value by its dotted path (repeatable)")
+    probe.add_argument("--train-steps", type=int, default=0, metavar="N", help="train N steps first (default 0: at init)")
+    probe.add_argument("--probe", required=True, help="the probe (see `explorer list probes`)")
+    probe.add_argument("--option", dest="options", action="append", default=[], metavar="NAME=VALUE",
+                       help="a probe option, e.g. --option k=8 (repeatable)")
+    probe.add_argument("--inputs", type=int, default=64, metavar="N", help="validation examples to probe with (default 64)")
+    probe.add_argument("--json", action="store_true", help="print the result arrays as JSON")
 
     sub.add_parser("presets", help="list the presets")
     lister = sub.add_parser("list", help="list a registry's names")
@@ -71,6 +84,59 @@ def _train(args) -> int:
     return 0
 
 
+def _probe(args) -> int:
+    import numpy as np
+
+    from explorer.probes import PROBES, probe
+    from explorer.train import build, train
+
+    spec = load_spec(args.preset, args.spec, args.changes)
+    entry = PROBES.lookup(args.probe, "--probe")
+    if args.train_steps < 0 or args.inputs < 1:
+        raise SpecError("--train-steps" if args.train_steps < 0 else "--inputs", "must be a positive number")
+    if args.train_steps:
+        steps = {"train.steps": args.train_steps, "train.log_every": min(spec.train.log_every, args.train_steps)}
+        run = train(spec.with_values(steps), callbacks=[] if args.json else [_progress_bar(args.train_steps)])
+        model, data = run.model, run.data
+    else:
+        model, data = build(spec)
+    options = {}
+    for item in args.options:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SpecError("--option", f"{item!r} is not NAME=VALUE; write e.g. --option k=8")
+        options[key.strip()] = value.strip()
+    x, y = data.x_val[:args.inputs], data.y_val[:args.inputs]
+    tensors = entry.extra.get("tensors", {})
+    if "targets" in tensors:
+        options["targets"] = y
+    if "masks" in tensors and data.masks_val is not None:
+        options["masks"] = data.masks_val[:args.inputs]
+    result = probe(model, x, args.probe, **options)
+    if args.json:
+        print(json.dumps({"probe": args.probe, "train_steps": args.train_steps, "inputs": len(x),
+                          "result": {k: _jsonable(np.asarray(v)) for k, v in result.items()}}))
+    else:
+        for key, value in result.items():
+            value = np.asarray(value)
+            if value.dtype.kind == "f" and value.size:
+                finite = value[np.isfinite(value)]
+                stats = f"min {finite.min():.4g}  max {finite.max():.4g}" if finite.size else "no finite values"
+            else:
+                stats = " ".join(map(str, value.ravel()[:6])) + (" ..." if value.size > 6 else "")
+            print(f"{key:<26} shape {str(value.shape):<18} {stats}")
+    return 0
+
+
+def _jsonable(value):
+    """Nested lists with NaN and infinities as None (JSON has neither)."""
+    import numpy as np
+
+    if value.dtype.kind == "f":
+        return np.where(np.isfinite(value), value, None).tolist()
+    return value.tolist()
+
+
 def _progress_bar(total: int):
     from tqdm.auto import tqdm
 
@@ -112,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train":
             return _train(args)
+        if args.command == "probe":
+            return _probe(args)
         if args.command == "presets":
             return _list("presets", False)
         return _list(args.kind, args.json)

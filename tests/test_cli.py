@@ -223,3 +223,35 @@ def test_console_script_error_exit_code():
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 2
     assert "model.depth" in result.stderr and "Traceback" not in result.stderr
+
+
+# ---- probe -----------------------------------------------------------------------------
+
+
+def test_probe_json_gives_the_probe_arrays_after_training(capsys):
+    code, out, err = run_cli(capsys, "probe", "--preset", PRESET, "--train-steps", "30", "--probe", "coefficients",
+                             "--json")
+    assert code == 0, err
+    payload = json.loads(out)
+    assert payload["probe"] == "coefficients" and payload["train_steps"] == 30
+    own = payload["result"]["own"]
+    assert own[2][0] == 1.0 and sum(map(sum, own)) == 1.0  # the preset's single shortcut 0:2
+
+
+def test_probe_passes_options_and_the_datasets_masks(capsys):
+    code, out, err = run_cli(capsys, "probe", "--preset", "skip-table1-skipless-init", "--set", "model.depth=1",
+                             "--set", "model.width=16", "--probe", "pca", "--option", "block=1", "--inputs", "16", "--json")
+    assert code == 0, err
+    result = json.loads(out)["result"]
+    assert len(result["rgb"]) == 1 and len(result["rgb"][0]) == 16  # block 1 only, 16 images
+    assert len(result["miou"]) == 2  # the embedding and the one block, scored on the shapes masks
+
+
+def test_probe_text_output_and_bad_options(capsys):
+    code, out, err = run_cli(capsys, "probe", "--preset", PRESET, "--probe", "jacobian", "--option", "k=2")
+    assert code == 0, err
+    assert "singular_values" in out and "(8, 2)" in out
+    assert_clean_error(*run_cli(capsys, "probe", "--preset", PRESET, "--probe", "jacobian", "--option", "k=-1"),
+                       "probe.k")
+    assert_clean_error(*run_cli(capsys, "probe", "--preset", PRESET, "--probe", "jacobain"), "did you mean 'jacobian'")
+    assert_clean_error(*run_cli(capsys, "probe", "--preset", PRESET, "--probe", "pca"), "vit")

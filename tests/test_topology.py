@@ -295,3 +295,19 @@ def test_dense_topologies_train_identically_in_parallel_threads():
     for thread in threads:
         thread.join()
     assert all(r == alone for r in results), (alone, results)
+
+
+@pytest.mark.parametrize("topology", [{"name": "ancre"}, {"name": "grn-v1"}])
+def test_fast_path_gives_the_same_gradients_on_a_second_backward_of_one_graph(topology):
+    model, data = explorer.build(spec_for("linear", topology))
+    with torch.no_grad():
+        for p in model.stack.topology.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    x = data.x_train.clone().requires_grad_()
+    out = model.stack(x)
+    first = torch.autograd.grad(out[:, 0].sum(), x, retain_graph=True)[0]
+    second = torch.autograd.grad(out[:, 0].sum(), x, retain_graph=True)[0]
+    other = torch.autograd.grad(out[:, 1].sum(), x)[0]
+    fresh = torch.autograd.grad(model.stack(x)[:, 1].sum(), x)[0]
+    assert torch.allclose(first, second, atol=1e-6)
+    assert torch.allclose(other, fresh, atol=1e-6)

@@ -83,6 +83,7 @@ class _Record(torch.autograd.Function):
         grads = ctx.history.grads
         if grads is None:
             return None, None, None
+        ctx.history.consumed[ctx.index] = True  # a later backward pass over this graph starts this row afresh
         return grads[ctx.index].view(ctx.history.shape), None, None
 
 
@@ -101,7 +102,7 @@ class _Pull(torch.autograd.Function):
         (weights,) = ctx.saved_tensors
         history, lo, hi = ctx.history, ctx.lo, ctx.hi
         grad = grad_out.reshape(len(weights), -1)
-        history.grad_buffer()[lo:hi].addmm_(weights.T, grad)
+        history.grad_buffer(lo, hi)[lo:hi].addmm_(weights.T, grad)
         grad_weights = grad @ history.values[lo:hi].T if ctx.needs_input_grad[0] else None
         empty = grad_out.new_empty(0)
         return (grad_weights, None, None, None, *([empty] * ctx.n_tokens))
@@ -119,13 +120,20 @@ class Mixer:
         self.shape = first.shape
         self.values = _POOL.take(self, "values", (weights.shape[0], first.numel()), first)
         self.grads = None
+        self.consumed: list[bool] = []
         self.tokens: list[torch.Tensor] = []
         self._chunk: tuple[int, tuple[torch.Tensor, ...]] | None = None
         self.push(first)
 
-    def grad_buffer(self) -> torch.Tensor:
+    def grad_buffer(self, lo: int, hi: int) -> torch.Tensor:
+        """The gradient buffer, with rows lo:hi cleared if an earlier backward pass (retain_graph) consumed them."""
         if self.grads is None:
             self.grads = _POOL.take(self, "grads", self.values.shape, self.values).zero_()
+            self.consumed = [False] * len(self.values)
+        for row in range(lo, hi):
+            if self.consumed[row]:
+                self.grads[row].zero_()
+                self.consumed[row] = False
         return self.grads
 
     def push(self, x: torch.Tensor) -> None:

@@ -1,0 +1,576 @@
+"""Plotly figure builders for probe results and training histories.
+
+Every function here is a pure function of plain Python / numpy inputs (so it does not depend
+on the rest of the package) and returns a `plotly.graph_objects.Figure`; nothing here trains,
+probes or decomposes anything, it only lays out numbers that were computed elsewhere. The
+Streamlit app and the notebooks share these builders so a figure looks the same in both.
+
+Conventions shared by every figure:
+
+* `template="plotly_white"`, a title saying what is shown, axis titles naming the quantity and
+  its scale ("(log scale)"), and a hovertemplate that shows the exact values (6 significant
+  digits).
+* One colour per run: `run_colors(labels)` assigns colours from a fixed qualitative palette in
+  label order, and every multi-run builder takes an optional `colors` mapping (label -> colour)
+  so the app can keep the same colour for a run across all of its figures.
+* Bad input raises ValueError naming the offending argument.
+
+`export`, `to_html_bytes` and `to_png_bytes` save figures. HTML is self-contained (plotly.js
+is embedded, no CDN) because the app must work offline; PNG needs the optional `kaleido`
+package and a Chromium/Chrome browser, and raises RuntimeError saying so when they are missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.colors import sample_colorscale
+from plotly.subplots import make_subplots
+
+__all__ = [
+    "PALETTE",
+    "attention_maps",
+    "coefficient_heatmap",
+    "export",
+    "log_singular_value_histograms",
+    "loss_curves",
+    "norms_by_layer",
+    "pca_grid",
+    "rank_plot",
+    "run_colors",
+    "spectra",
+    "theory_curves",
+    "to_html_bytes",
+    "to_png_bytes",
+]
+
+#: The fixed qualitative palette runs are coloured from (D3 "category10"), cycled when there
+#: are more than ten runs. Hard-coded so colours do not change with the plotly version.
+PALETTE: tuple[str, ...] = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+)
+TEMPLATE = "plotly_white"
+_FMT = ".6g"  # hover number format: enough digits to read the exact value
+PNG_FIX = (
+    "PNG export needs the optional `kaleido` package and a Chromium/Chrome browser: "
+    "`pip install kaleido`, plus a browser (Debian: `apt-get install chromium`, or run "
+    "`plotly_get_chrome`)."
+)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def run_colors(labels: Sequence[str]) -> dict[str, str]:
+    """Label -> colour from `PALETTE`, in label order (the same order always gives the same colours)."""
+    colors: dict[str, str] = {}
+    for label in labels:
+        if label not in colors:
+            colors[label] = PALETTE[len(colors) % len(PALETTE)]
+    return colors
+
+
+def _resolve_colors(labels: Sequence[str], colors: Mapping[str, str] | None) -> dict[str, str]:
+    """Colours for `labels`: the caller's mapping where it has the label, else unused palette colours."""
+    if colors is None:
+        return run_colors(labels)
+    if not isinstance(colors, Mapping):
+        raise ValueError(f"colors must be a mapping label -> colour, got {type(colors).__name__}")
+    out = {label: colors[label] for label in labels if label in colors}
+    used = set(out.values())
+    free = [c for c in PALETTE if c not in used] or list(PALETTE)
+    missing = [label for label in dict.fromkeys(labels) if label not in out]
+    for k, label in enumerate(missing):
+        out[label] = free[k % len(free)]
+    return out
+
+
+def _axis_title(text: str, log: bool) -> str:
+    return f"{text} (log scale)" if log else text
+
+
+def _finish(fig: go.Figure, title: str, **layout: Any) -> go.Figure:
+    fig.update_layout(template=TEMPLATE, title=dict(text=title), **layout)
+    return fig
+
+
+def _vector(name: str, value: Any) -> np.ndarray:
+    """`value` as a 1-d float array, or ValueError naming the argument."""
+    try:
+        arr = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a 1-d array of numbers: {exc}") from None
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-d, got shape {arr.shape}")
+    return arr
+
+
+def _curve_dict(name: str, curves: Any) -> dict[str, np.ndarray]:
+    """A label -> 1-d array mapping, validated."""
+    if not isinstance(curves, Mapping) or not curves:
+        raise ValueError(f"{name} must be a non-empty dict label -> 1-d array")
+    return {str(label): _vector(f"{name}[{label!r}]", y) for label, y in curves.items()}
+
+
+def _short_list(labels: Sequence[str], keep: int = 3) -> str:
+    labels = list(labels)
+    head = ", ".join(labels[:keep])
+    return head if len(labels) <= keep else f"{head} + {len(labels) - keep} more"
+
+
+def _number(value: Any) -> float | None:
+    """A finite float, or None for None / NaN / inf / non-numbers (what gets skipped)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _spacing(n: int, wanted: float) -> float:
+    """Subplot spacing that plotly accepts for `n` rows/columns (must be < 1 / (n - 1))."""
+    return wanted if n <= 1 else min(wanted, 0.9 / (n - 1))
+
+
+# --------------------------------------------------------------------------- loss curves
+
+
+def _series(history: Sequence[Mapping[str, Any]], key: str, log_y: bool) -> tuple[list[int], list[float]]:
+    """(steps, values) of `key` in `history`, skipping missing/non-finite (and on log-y non-positive) values."""
+    steps, values = [], []
+    for row in history:
+        value = _number(row.get(key))
+        if value is None or (log_y and value <= 0):
+            continue
+        steps.append(int(row["step"]))
+        values.append(value)
+    return steps, values
+
+
+def _divergence_y(history: Sequence[Mapping[str, Any]], metric: str, step: int, log_y: bool) -> float | None:
+    """Where to draw the divergence marker: the metric at that step if logged and finite, else the
+    last plotted value before it, else the first plotted value; None when nothing was plotted."""
+    steps, values = _series(history, metric, log_y)
+    if not values:
+        return None
+    before = [v for s, v in zip(steps, values) if s <= step]
+    return before[-1] if before else values[0]
+
+
+def loss_curves(
+    runs: Sequence[Mapping[str, Any]],
+    metric: str = "loss",
+    log_x: bool = True,
+    log_y: bool = True,
+    colors: Mapping[str, str] | None = None,
+    show_val: bool = True,
+    title: str | None = None,
+) -> go.Figure:
+    """Training curves of `metric` against step, one line per run (what `Run.summary()` gives + "label").
+
+    A solid line per run, plus a dashed line of `"val_" + metric` when the history has it (and
+    `show_val`). Step 0 cannot sit on a log-x axis, so with `log_x` every point is drawn at
+    step + 1 (the axis title says so; hover shows the true step) rather than dropping the
+    initial loss. Missing and non-finite values are skipped, not drawn as 0 (on a log-y axis
+    non-positive values are skipped too). A diverged run gets an "x" marker at its divergence
+    step (at the last finite value logged up to then, since the value at that step is usually
+    not finite) and "(diverged at step N)" in its legend name.
+    """
+    if isinstance(runs, Mapping) or not isinstance(runs, Sequence) or not runs:
+        raise ValueError("runs must be a non-empty list of dicts with 'label' and 'history'")
+    for i, run in enumerate(runs):
+        if not isinstance(run, Mapping) or "label" not in run or "history" not in run:
+            raise ValueError(f"runs[{i}] must be a dict with 'label' and 'history'")
+        if any(not isinstance(row, Mapping) or "step" not in row for row in run["history"]):
+            raise ValueError(f"runs[{i}]['history'] rows must be dicts with a 'step'")
+    labels = [str(run["label"]) for run in runs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"runs must have distinct labels, got {labels}")
+    palette = _resolve_colors(labels, colors)
+    shift = 1 if log_x else 0
+    val_key = f"val_{metric}"
+    fig = go.Figure()
+    for label, run in zip(labels, runs):
+        history = run["history"]
+        color = palette[label]
+        status = run.get("status")
+        diverged_at = run.get("diverged_at")
+        if status == "diverged" and diverged_at is None and history:
+            diverged_at = int(history[-1]["step"])
+        if status == "diverged":
+            name = f"{label} (diverged at step {diverged_at})"
+        elif status in ("stopped", "running"):
+            name = f"{label} ({status})"
+        else:
+            name = label
+        steps, values = _series(history, metric, log_y)
+        fig.add_trace(go.Scatter(
+            x=[s + shift for s in steps], y=values, customdata=steps, mode="lines", name=name,
+            legendgroup=label, line=dict(color=color),
+            hovertemplate=f"step %{{customdata}}<br>{metric} %{{y:{_FMT}}}<extra>{label}</extra>",
+        ))
+        val_steps, val_values = _series(history, val_key, log_y)
+        if show_val and val_values:
+            fig.add_trace(go.Scatter(
+                x=[s + shift for s in val_steps], y=val_values, customdata=val_steps, mode="lines",
+                name=f"{label} ({val_key})", legendgroup=label, line=dict(color=color, dash="dash"),
+                hovertemplate=f"step %{{customdata}}<br>{val_key} %{{y:{_FMT}}}<extra>{label}</extra>",
+            ))
+        if status == "diverged" and diverged_at is not None:
+            y = _divergence_y(history, metric, int(diverged_at), log_y)
+            if y is None:  # nothing finite to anchor to: use any plotted value, else 1
+                y = next((float(v) for t in fig.data if t.y is not None for v in t.y), 1.0)
+            fig.add_trace(go.Scatter(
+                x=[int(diverged_at) + shift], y=[y], customdata=[int(diverged_at)], mode="markers",
+                name=f"{label}: diverged", legendgroup=label, showlegend=False,
+                marker=dict(symbol="x", size=14, color=color, line=dict(width=1, color=color)),
+                hovertemplate=(f"diverged at step %{{customdata}}<br>last finite {metric} "
+                               f"%{{y:{_FMT}}}<extra>{label}</extra>"),
+            ))
+    x_title = "step + 1 (log scale; step 0 drawn at 1)" if log_x else "step"
+    fig.update_xaxes(type="log" if log_x else "linear", title_text=x_title)
+    fig.update_yaxes(type="log" if log_y else "linear", title_text=_axis_title(metric, log_y))
+    return _finish(fig, title or f"Training {metric} vs step: {_short_list(labels)}",
+                   hovermode="closest", legend=dict(title=dict(text="run")))
+
+
+# --------------------------------------------------------------------------- coefficients
+
+
+def coefficient_heatmap(
+    matrix: Any,
+    title: str,
+    log_ratio: bool = False,
+    labels: tuple[Sequence[str], Sequence[str]] | None = None,
+) -> go.Figure:
+    """Heatmap of an (L+1) x (L+1) connection-coefficient matrix (who feeds whom).
+
+    Rows are destinations (row r = input of block r+1, the last row = the output), columns are
+    sources (column 0 = x0, column j = y_j, the output of block j). Destination r can only read
+    sources 0..r, so the upper triangle is blanked (NaN). `labels` = (source_labels,
+    destination_labels) overrides the default "x0, y1, ..., yL" / "in 1, ..., in L, out".
+    With `log_ratio` the matrix is ANCRe's log(c_ij / c_max,j) view: values <= 0 on a sequential
+    scale whose top is 0, -inf (a zero coefficient) shown blank. Otherwise a diverging scale
+    centred at 0, so sign and size read at a glance.
+    """
+    try:
+        z = np.array(matrix, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"matrix must be a square 2-d array of numbers: {exc}") from None
+    if z.ndim != 2 or z.shape[0] != z.shape[1] or z.shape[0] == 0:
+        raise ValueError(f"matrix must be a non-empty square (L+1) x (L+1) array, got shape {z.shape}")
+    n = z.shape[0]
+    if labels is None:
+        sources = ["x0"] + [f"y{j}" for j in range(1, n)]
+        destinations = [f"in {r}" for r in range(1, n)] + ["out"]
+    else:
+        if len(labels) != 2 or any(len(part) != n for part in labels):
+            raise ValueError(f"labels must be (source_labels, destination_labels), each of length {n}")
+        sources, destinations = [str(s) for s in labels[0]], [str(d) for d in labels[1]]
+    z[np.triu_indices(n, k=1)] = np.nan
+    if log_ratio:
+        finite = z[np.isfinite(z)]
+        if finite.size and finite.max() > 1e-6:
+            raise ValueError("matrix with log_ratio=True must hold log(c / c_max) values <= 0, "
+                             f"got a maximum of {finite.max():.4g}")
+        z[np.isneginf(z)] = np.nan
+        scale = dict(colorscale="Viridis", zmax=0.0, colorbar=dict(title=dict(text="log(c_ij / c_max,j)")))
+        value_name = "log(c/c_max)"
+    else:
+        scale = dict(colorscale="RdBu", reversescale=True, zmid=0.0,
+                     colorbar=dict(title=dict(text="coefficient")))
+        value_name = "c"
+    fig = go.Figure(go.Heatmap(
+        z=z, x=sources, y=destinations, hoverongaps=False, xgap=1, ygap=1,
+        hovertemplate=f"source %{{x}}<br>destination %{{y}}<br>{value_name} = %{{z:{_FMT}}}<extra></extra>",
+        **scale,
+    ))
+    fig.update_xaxes(title_text="source (x0 = input, yj = output of block j)", type="category", side="bottom")
+    fig.update_yaxes(title_text="destination (in r = input of block r)", type="category",
+                     autorange="reversed", scaleanchor="x")
+    return _finish(fig, title)
+
+
+# --------------------------------------------------------------------------- spectra
+
+
+def spectra(
+    curves: Mapping[str, Any],
+    title: str,
+    log_y: bool = True,
+    colors: Mapping[str, str] | None = None,
+) -> go.Figure:
+    """Singular-value spectra, one line per label: index i (1 = largest) on x, sigma_i on y.
+
+    The arrays are drawn as given (they should be sorted descending); zeros vanish on a log-y axis.
+    """
+    data = _curve_dict("curves", curves)
+    palette = _resolve_colors(list(data), colors)
+    fig = go.Figure()
+    for label, y in data.items():
+        fig.add_trace(go.Scatter(
+            x=np.arange(1, y.size + 1), y=y, mode="lines+markers", name=label,
+            line=dict(color=palette[label]), marker=dict(size=4),
+            hovertemplate=f"i = %{{x}}<br>σ_i = %{{y:{_FMT}}}<extra>{label}</extra>",
+        ))
+    fig.update_xaxes(title_text="index i (1 = largest singular value)")
+    fig.update_yaxes(type="log" if log_y else "linear", title_text=_axis_title("singular value σ_i", log_y))
+    return _finish(fig, title)
+
+
+def log_singular_value_histograms(per_epoch: Sequence[tuple[str, Any]], title: str) -> go.Figure:
+    """Small multiples of histograms of log10(singular value), one panel per entry (IDInit Fig. 18).
+
+    All panels share their bins and x axis so how the spectrum spreads over training is
+    comparable; panels are coloured along a sequential scale since the entries are ordered.
+    Zero (and non-finite) singular values have no logarithm and are left out; the panel title
+    says how many.
+    """
+    if isinstance(per_epoch, Mapping) or not isinstance(per_epoch, Sequence) or not per_epoch:
+        raise ValueError("per_epoch must be a non-empty list of (label, 1-d array) pairs")
+    entries = []
+    for i, item in enumerate(per_epoch):
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            raise ValueError(f"per_epoch[{i}] must be a (label, 1-d array) pair")
+        values = _vector(f"per_epoch[{i}]", item[1])
+        keep = np.isfinite(values) & (values > 0)
+        entries.append((str(item[0]), np.log10(values[keep]), int((~keep).sum())))
+    logs = np.concatenate([e[1] for e in entries])
+    lo, hi = (float(logs.min()), float(logs.max())) if logs.size else (-1.0, 1.0)
+    size = (hi - lo) / 40 if hi > lo else 0.05
+    bins = dict(start=lo - size / 2, end=hi + size / 2, size=size)
+    n = len(entries)
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    names = [label + (f" ({dropped} zero σ omitted)" if dropped else "") for label, _, dropped in entries]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=names, shared_xaxes="all",
+                        horizontal_spacing=_spacing(cols, 0.06), vertical_spacing=_spacing(rows, 0.12))
+    shades = sample_colorscale("Viridis", [i / max(n - 1, 1) * 0.9 for i in range(n)])
+    for i, (label, values, _) in enumerate(entries):
+        fig.add_trace(go.Histogram(
+            x=values, xbins=bins, autobinx=False, name=label, marker=dict(color=shades[i]),
+            showlegend=False,
+            hovertemplate=f"log10 σ in %{{x}}<br>count %{{y}}<extra>{label}</extra>",
+        ), row=i // cols + 1, col=i % cols + 1)
+    for i in range(n):
+        if i + cols >= n:  # the bottom panel of its column
+            fig.update_xaxes(title_text="log10(singular value)", row=i // cols + 1, col=i % cols + 1)
+    fig.update_yaxes(title_text="count", col=1)
+    return _finish(fig, title, height=max(300, 250 * rows + 100), bargap=0.02)
+
+
+# --------------------------------------------------------------------------- norms, ranks
+
+
+def norms_by_layer(
+    curves: Mapping[str, Any],
+    title: str,
+    ylabel: str = "relative norm",
+    log_y: bool = False,
+    colors: Mapping[str, str] | None = None,
+) -> go.Figure:
+    """A per-block quantity (e.g. ||h_l|| / ||h_0||) against depth, one line per label, blocks 1..L."""
+    data = _curve_dict("curves", curves)
+    palette = _resolve_colors(list(data), colors)
+    fig = go.Figure()
+    for label, y in data.items():
+        fig.add_trace(go.Scatter(
+            x=np.arange(1, y.size + 1), y=y, mode="lines+markers", name=label,
+            line=dict(color=palette[label]),
+            hovertemplate=f"block %{{x}}<br>{ylabel} %{{y:{_FMT}}}<extra>{label}</extra>",
+        ))
+    fig.update_xaxes(title_text="block (1 = first)")
+    if max(y.size for y in data.values()) <= 24:
+        fig.update_xaxes(tick0=1, dtick=1)  # one tick per block when they fit
+    fig.update_yaxes(type="log" if log_y else "linear", title_text=_axis_title(ylabel, log_y))
+    return _finish(fig, title)
+
+
+def rank_plot(names: Sequence[str], ranks: Sequence[Any], full_ranks: Sequence[Any], title: str) -> go.Figure:
+    """Bars of each weight matrix's numerical rank in front of a grey bar of its full rank min(m, n)."""
+    names = [str(n) for n in names]
+    rank = _vector("ranks", ranks)
+    full = _vector("full_ranks", full_ranks)
+    if not names:
+        raise ValueError("names must not be empty")
+    if rank.size != len(names):
+        raise ValueError(f"ranks has {rank.size} entries for {len(names)} names")
+    if full.size != len(names):
+        raise ValueError(f"full_ranks has {full.size} entries for {len(names)} names")
+    if np.any(rank < 0) or np.any(rank > full):
+        raise ValueError("ranks must lie between 0 and full_ranks")
+    ratio = np.divide(rank, full, out=np.zeros_like(rank), where=full > 0)
+    fig = go.Figure()
+    fig.add_trace(go.Bar(
+        x=names, y=full, name="full rank", width=0.8, marker=dict(color="#d9d9d9"),
+        hovertemplate="%{x}<br>full rank %{y}<extra></extra>",
+    ))
+    fig.add_trace(go.Bar(
+        x=names, y=rank, name="numerical rank", width=0.5, marker=dict(color=PALETTE[0]),
+        customdata=np.stack([full, ratio], axis=1),
+        hovertemplate="%{x}<br>numerical rank %{y} of %{customdata[0]} (%{customdata[1]:.1%})<extra></extra>",
+    ))
+    fig.update_xaxes(title_text="weight matrix", type="category")
+    fig.update_yaxes(title_text="rank (number of singular values)")
+    return _finish(fig, title, barmode="overlay")
+
+
+# --------------------------------------------------------------------------- image grids
+
+
+def attention_maps(maps: Any, title: str, max_heads: int = 4) -> go.Figure:
+    """Grid of attention-weight heatmaps: rows = layers, columns = the first `max_heads` heads.
+
+    `maps` is (layers, heads, T, T) or (heads, T, T) with rows = queries, columns = keys. All
+    panels share one colour scale fixed at 0..1 so weights compare across layers and heads.
+    """
+    try:
+        a = np.asarray(maps, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"maps must be a numeric array: {exc}") from None
+    if a.ndim == 3:
+        a = a[None]
+    if a.ndim != 4 or a.shape[-1] != a.shape[-2] or 0 in a.shape:
+        raise ValueError(f"maps must be (layers, heads, T, T) or (heads, T, T), got shape {np.shape(maps)}")
+    if int(max_heads) < 1:
+        raise ValueError(f"max_heads must be >= 1, got {max_heads}")
+    layers, heads = a.shape[:2]
+    shown = min(heads, int(max_heads))
+    fig = make_subplots(
+        rows=layers, cols=shown,
+        subplot_titles=[f"layer {l + 1}, head {h + 1}" for l in range(layers) for h in range(shown)],
+        horizontal_spacing=_spacing(shown, 0.04), vertical_spacing=_spacing(layers, 0.08),
+    )
+    for l in range(layers):
+        for h in range(shown):
+            fig.add_trace(go.Heatmap(
+                z=a[l, h], zmin=0.0, zmax=1.0, colorscale="Viridis", showscale=(l == 0 and h == 0),
+                colorbar=dict(title=dict(text="weight")), name=f"layer {l + 1} head {h + 1}",
+                hovertemplate=(f"layer {l + 1}, head {h + 1}<br>query %{{y}}<br>key %{{x}}"
+                               f"<br>weight %{{z:{_FMT}}}<extra></extra>"),
+            ), row=l + 1, col=h + 1)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title_text="key position", row=layers)
+    fig.update_yaxes(title_text="query position", col=1)
+    suffix = f" (first {shown} of {heads} heads)" if shown < heads else ""
+    return _finish(fig, title + suffix, height=max(350, 230 * layers + 120), width=max(450, 230 * shown + 150))
+
+
+def pca_grid(images: Any, row_labels: Sequence[str], col_labels: Sequence[str], title: str) -> go.Figure:
+    """A rows x cols grid of RGB images, e.g. PCA feature maps of a skip vs a skipless model side by side.
+
+    `images` is (rows, cols, H, W, 3) float RGB in [0, 1]; each panel is a `go.Image` whose z is
+    the image scaled to 0..255 (uint8), the range `go.Image` expects. Row labels go on the
+    left, column labels above the top row.
+    """
+    try:
+        arr = np.asarray(images, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"images must be a numeric array: {exc}") from None
+    if arr.ndim != 5 or arr.shape[-1] != 3 or 0 in arr.shape:
+        raise ValueError(f"images must be (rows, cols, H, W, 3), got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or arr.min() < -1e-6 or arr.max() > 1 + 1e-6:
+        raise ValueError("images must hold finite RGB values in [0, 1]")
+    rows, cols = arr.shape[:2]
+    if len(row_labels) != rows:
+        raise ValueError(f"row_labels has {len(row_labels)} entries for {rows} rows")
+    if len(col_labels) != cols:
+        raise ValueError(f"col_labels has {len(col_labels)} entries for {cols} columns")
+    pixels = np.round(np.clip(arr, 0.0, 1.0) * 255).astype(np.uint8)
+    fig = make_subplots(rows=rows, cols=cols, column_titles=[str(c) for c in col_labels],
+                        horizontal_spacing=_spacing(cols, 0.02),
+                        vertical_spacing=_spacing(rows, 0.04))
+    for r in range(rows):
+        for c in range(cols):
+            fig.add_trace(go.Image(
+                z=pixels[r, c], name=f"{row_labels[r]} / {col_labels[c]}",
+                hovertemplate=(f"{row_labels[r]} / {col_labels[c]}<br>pixel x %{{x}}, y %{{y}}"
+                               "<br>RGB %{z}<extra></extra>"),
+            ), row=r + 1, col=c + 1)
+    fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
+    fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False)
+    for r, label in enumerate(row_labels):
+        fig.update_yaxes(title_text=str(label), row=r + 1, col=1)
+    return _finish(fig, title, height=max(300, 200 * rows + 100), width=max(400, 200 * cols + 120))
+
+
+# --------------------------------------------------------------------------- theory
+
+
+def theory_curves(
+    x: Any,
+    curves: Mapping[str, Any],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    log_x: bool = False,
+    log_y: bool = False,
+    colors: Mapping[str, str] | None = None,
+) -> go.Figure:
+    """Closed-form results as lines over a shared x (label -> y array of the same length as x)."""
+    xs = _vector("x", x)
+    data = _curve_dict("curves", curves)
+    for label, y in data.items():
+        if y.size != xs.size:
+            raise ValueError(f"curves[{label!r}] has {y.size} values for {xs.size} x values")
+    palette = _resolve_colors(list(data), colors)
+    fig = go.Figure()
+    for label, y in data.items():
+        fig.add_trace(go.Scatter(
+            x=xs, y=y, mode="lines", name=label, line=dict(color=palette[label]),
+            hovertemplate=f"{xlabel} %{{x:{_FMT}}}<br>{ylabel} %{{y:{_FMT}}}<extra>{label}</extra>",
+        ))
+    fig.update_xaxes(type="log" if log_x else "linear", title_text=_axis_title(xlabel, log_x))
+    fig.update_yaxes(type="log" if log_y else "linear", title_text=_axis_title(ylabel, log_y))
+    return _finish(fig, title)
+
+
+# --------------------------------------------------------------------------- export
+
+
+def _png_ready() -> None:
+    if importlib.util.find_spec("kaleido") is None:
+        raise RuntimeError(f"kaleido is not installed. {PNG_FIX}")
+
+
+def to_html_bytes(fig: go.Figure) -> bytes:
+    """The figure as a self-contained HTML page (plotly.js embedded, works offline), UTF-8 bytes."""
+    return fig.to_html(include_plotlyjs=True, full_html=True).encode("utf-8")
+
+
+def to_png_bytes(fig: go.Figure) -> bytes:
+    """The figure as PNG bytes; RuntimeError naming the fix when kaleido or a browser is missing."""
+    _png_ready()
+    try:
+        return fig.to_image(format="png")
+    except Exception as exc:  # kaleido reports a missing browser in several ways
+        raise RuntimeError(f"PNG export failed ({exc}). {PNG_FIX}") from exc
+
+
+def export(fig: go.Figure, path: str | Path) -> Path:
+    """Write `fig` to `path`: self-contained HTML for ".html", PNG for ".png"; returns the path.
+
+    HTML embeds plotly.js (no CDN) so the file opens offline. PNG needs kaleido and a
+    Chromium/Chrome browser; without them this raises RuntimeError naming the fix.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix in (".html", ".htm"):
+        fig.write_html(path, include_plotlyjs=True, full_html=True)
+    elif suffix == ".png":
+        _png_ready()
+        try:
+            fig.write_image(path, format="png")
+        except Exception as exc:
+            raise RuntimeError(f"PNG export failed ({exc}). {PNG_FIX}") from exc
+    else:
+        raise ValueError(f"path must end with .html or .png, got {str(path)!r}")
+    return path

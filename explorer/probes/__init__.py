@@ -1,0 +1,19 @@
+"""Probes: numbers read off a model and a batch of its inputs, never trained, never plotted.
+
+    from explorer.probes import probe
+    result = probe(model, data.x_val[:8], "jacobian", k=4)
+    result["chi"]  # mean squared singular value per input (dynamical isometry: about 1)
+
+Every probe is a pure function of the model and the inputs (the model's own input
+format: vectors, images or token ids). It runs the model in eval mode and restores the
+previous mode, leaves the parameters' gradients as it found them, and returns a dict of
+numpy arrays on the CPU. `PROBES` lists them with their options declared as `Param`s, so
+the CLI and the app can list and validate them like every other registry.
+"""
+
+from explorer.probes.core import PROBES, probe
+from explorer.probes import features as _features, probes as _probes  # register the probes
+
+del _features, _probes
+
+__all__ = ["PROBES", "probe"]

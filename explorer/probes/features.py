@@ -1,0 +1,155 @@
+"""What a ViT's patch tokens show: PCA feature maps (Cutting the Skip, Figure 4) and a dense linear probe.
+
+The paper renders the patch tokens of a block as RGB images: PCA with three components,
+fitted across a batch of images, each component scaled to [0, 1]. "Skipless maps are
+cleaner" becomes a number here: a linear classifier from each token to the label of its
+patch in the `shapes` masks (background or one of the shapes), trained on one half of the
+batch and scored by mean intersection-over-union on the other half, block by block.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from explorer.nn.transformer import PatchEmbedding, TransformerBlock
+from explorer.probes.core import PROBES
+from explorer.registry import Param, SpecError
+
+
+def _patch_embedding(model: nn.Module) -> PatchEmbedding:
+    embed = getattr(model, "embed", None)
+    if not isinstance(embed, PatchEmbedding):
+        raise ValueError("PCA feature maps need a ViT (model.name=vit): its patch tokens are what is drawn")
+    return embed
+
+
+@torch.no_grad()
+def token_states(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
+    """The token stream entering each Transformer block and leaving the last: L + 1 tensors (B, tokens, d).
+
+    State 0 is the embedded input, state b the stream after block b. At module level (skipless)
+    a block is an attention and an MLP sub-block, so every second sub-block input is kept.
+    """
+    stack = model.stack
+    captured: list[torch.Tensor] = []
+    hooks = [block.register_forward_pre_hook(lambda module, args: captured.append(args[0].detach()))
+             for block in stack.blocks]
+    try:
+        was_training = model.training
+        model.eval()
+        last = stack(model.embed(images)).detach()
+        model.train(was_training)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    step = 1 if isinstance(_unwrap(stack.blocks[0]), TransformerBlock) else 2
+    return captured[::step] + [last]
+
+
+def _unwrap(block: nn.Module) -> nn.Module:
+    return getattr(block, "block", block)  # Gated (ReZero, SkipInit) wraps the block
+
+
+def _patch_tokens(model: nn.Module, state: torch.Tensor) -> torch.Tensor:
+    """Drop the class token: (B, patches, d)."""
+    return state[:, 1:] if _patch_embedding(model).cls is not None else state
+
+
+def _grid(model: nn.Module, images: torch.Tensor) -> tuple[int, int]:
+    p = _patch_embedding(model).patch
+    return images.shape[-2] // p, images.shape[-1] // p
+
+
+def pca_maps(model: nn.Module, images: torch.Tensor, blocks: list[int] | None = None) -> dict[str, np.ndarray]:
+    """Patch tokens of the chosen blocks (0 = embedding, L = last block) projected on 3 principal components.
+
+    One scikit-learn PCA per block, fitted across all patch tokens of the batch; each component
+    is min-max scaled over the batch to [0, 1] and read as R, G, B.
+    Returns rgb (blocks, images, grid_h, grid_w, 3), explained_variance_ratio (blocks, 3), blocks.
+    """
+    from sklearn.decomposition import PCA
+
+    states = token_states(model, images)
+    chosen = list(range(len(states))) if blocks is None else list(blocks)
+    for b in chosen:
+        if not 0 <= b < len(states):
+            raise ValueError(f"block {b} does not exist; choose blocks in 0..{len(states) - 1} (0 = embedding)")
+    gh, gw = _grid(model, images)
+    rgb, ratios = [], []
+    for b in chosen:
+        tokens = _patch_tokens(model, states[b]).cpu().double().numpy()
+        n, t, d = tokens.shape
+        pca = PCA(n_components=3, svd_solver="full").fit(tokens.reshape(n * t, d))
+        projected = pca.transform(tokens.reshape(n * t, d))
+        low, high = projected.min(0), projected.max(0)
+        scaled = (projected - low) / np.where(high > low, high - low, 1.0)
+        rgb.append(scaled.reshape(n, gh, gw, 3))
+        ratios.append(pca.explained_variance_ratio_)
+    return {"rgb": np.stack(rgb), "explained_variance_ratio": np.stack(ratios), "blocks": np.array(chosen)}
+
+
+def patch_labels(masks: torch.Tensor, patch: int) -> np.ndarray:
+    """The majority label of each p x p patch of (N, H, W) integer masks: (N, H/p * W/p)."""
+    n, h, w = masks.shape
+    blocks = masks.reshape(n, h // patch, patch, w // patch, patch).permute(0, 1, 3, 2, 4).reshape(n, -1, patch * patch)
+    n_labels = int(masks.max()) + 1
+    counts = nn.functional.one_hot(blocks.long(), n_labels).sum(2)
+    return counts.argmax(-1).cpu().numpy()
+
+
+def mean_iou(predicted: np.ndarray, truth: np.ndarray) -> float:
+    """Mean over the labels present in `truth` or `predicted` of |pred & true| / |pred | true|."""
+    labels = np.union1d(np.unique(truth), np.unique(predicted))
+    ious = [np.sum((predicted == c) & (truth == c)) / np.sum((predicted == c) | (truth == c)) for c in labels]
+    return float(np.mean(ious))
+
+
+def dense_probe(model: nn.Module, images: torch.Tensor, masks: torch.Tensor, max_iter: int = 300) -> dict[str, np.ndarray]:
+    """Linear probe from each block's patch tokens to the patch labels: mIoU per block (0 = embedding).
+
+    The first half of the batch trains a multinomial logistic regression (standardised features),
+    the second half is scored. A higher mIoU means the block's tokens separate the objects
+    from the background and from each other more linearly, i.e. a cleaner map.
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    if len(images) < 4 or len(masks) != len(images):
+        raise ValueError("dense_probe needs at least 4 images and one mask per image (half fit, half score)")
+    labels = patch_labels(masks, _patch_embedding(model).patch)
+    half = len(images) // 2
+    miou = []
+    for state in token_states(model, images):
+        tokens = _patch_tokens(model, state).cpu().double().numpy()
+        d = tokens.shape[-1]
+        fit_x, fit_y = tokens[:half].reshape(-1, d), labels[:half].reshape(-1)
+        test_x, test_y = tokens[half:].reshape(-1, d), labels[half:].reshape(-1)
+        scaler = StandardScaler().fit(fit_x)
+        if len(np.unique(fit_y)) < 2:
+            raise ValueError("the fitting half of the batch has a single patch label; use more images")
+        classifier = LogisticRegression(max_iter=max_iter).fit(scaler.transform(fit_x), fit_y)
+        miou.append(mean_iou(classifier.predict(scaler.transform(test_x)), test_y))
+    return {"miou": np.array(miou), "blocks": np.arange(len(miou))}
+
+
+@PROBES.register(
+    "pca",
+    "ViT patch tokens of each block on 3 principal components as RGB maps (Cutting the Skip Fig. 4); with masks, "
+    "a dense linear probe's mIoU per block",
+    (Param("block", "int", -1, "the block whose map to draw (0 = embedding, L = last); -1: every block", low=-1,
+           high=100_000),
+     Param("max_inputs", "int", 64, "use at most this many images", low=4, high=100_000)),
+    tensors={"masks": "per-pixel labels (N, H, W) of the images (the shapes dataset's masks) for the dense probe"},
+)
+def pca(model, inputs, block, max_inputs, masks):
+    """rgb (blocks, images, grid_h, grid_w, 3), explained_variance_ratio (blocks, 3), blocks; miou (L + 1,) with masks."""
+    try:
+        images = inputs[:max_inputs]
+        result = pca_maps(model, images, None if block < 0 else [block])
+        if masks is not None:
+            result["miou"] = dense_probe(model, images, masks[:max_inputs])["miou"]
+    except ValueError as error:
+        raise SpecError("probe", str(error)) from None
+    return result

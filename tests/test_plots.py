@@ -1,0 +1,360 @@
+"""Tests of explorer.plots: the figures carry exactly the input numbers, labelled and coloured consistently."""
+
+import base64
+import importlib.util
+import math
+import re
+
+import numpy as np
+import plotly.graph_objects as go
+import plotly.io as pio
+import pytest
+
+from explorer import plots
+
+
+def _run(label, losses, status="finished", diverged_at=None, val=None, every=10):
+    history = []
+    for i, loss in enumerate(losses):
+        row = {"step": i * every, "loss": loss, "time": 0.1 * i}
+        if val is not None:
+            row["val_loss"] = val[i]
+        history.append(row)
+    return {"label": label, "history": history, "status": status, "diverged_at": diverged_at}
+
+
+def _f(values):
+    return np.asarray(values, dtype=float)
+
+
+# --------------------------------------------------------------------------- colours
+
+
+def test_run_colors_stable_and_distinct():
+    a = plots.run_colors(["skip", "skipless", "ancre"])
+    assert a == plots.run_colors(["skip", "skipless", "ancre"])
+    assert len(set(a.values())) == 3
+    assert a["skip"] == plots.PALETTE[0] and a["ancre"] == plots.PALETTE[2]
+    many = plots.run_colors([f"r{i}" for i in range(12)])
+    assert many["r10"] == plots.PALETTE[0]  # cycles past the palette
+
+
+def test_colors_mapping_keeps_one_colour_per_run_across_figures():
+    colors = plots.run_colors(["A", "B", "C"])
+    # figure 1 shows A and C, figure 2 shows C and B: C must keep its colour
+    fig1 = plots.loss_curves([_run("A", [1.0, 0.5]), _run("C", [1.0, 0.7])], colors=colors)
+    fig2 = plots.spectra({"C": [3.0, 1.0], "B": [2.0, 1.0]}, "spectra", colors=colors)
+    c1 = {t.legendgroup: t.line.color for t in fig1.data}
+    c2 = {t.name: t.line.color for t in fig2.data}
+    assert c1["C"] == c2["C"] == colors["C"]
+    assert c1["A"] == colors["A"] and c2["B"] == colors["B"]
+    # without a mapping, the same labels in the same order give the same colours
+    f = plots.norms_by_layer({"x": [1, 2], "y": [2, 3]}, "n")
+    g = plots.theory_curves([0, 1], {"x": [0, 1], "y": [1, 2]}, "t", "depth", "value")
+    assert [t.line.color for t in f.data] == [t.line.color for t in g.data]
+    # a label missing from the mapping gets a colour the mapping does not use
+    h = plots.spectra({"A": [1.0], "new": [1.0]}, "s", colors={"A": plots.PALETTE[0]})
+    assert h.data[1].line.color != plots.PALETTE[0]
+
+
+# --------------------------------------------------------------------------- loss curves
+
+
+def test_loss_curves_values_log_axes_and_nonfinite_dropped():
+    losses = [2.0, 1.5, float("nan"), None, float("inf"), 0.8]
+    run = _run("skip", losses, val=[2.1, 1.6, 1.4, None, 1.2, 1.1])
+    fig = plots.loss_curves([run])
+    assert isinstance(fig, go.Figure)
+    assert len(fig.data) == 2  # train + dashed val
+    train, val = fig.data
+    np.testing.assert_array_equal(_f(train.y), [2.0, 1.5, 0.8])
+    # log-x: plotted at step + 1, the true step in customdata, the axis title says so
+    np.testing.assert_array_equal(_f(train.x), [1, 11, 51])
+    np.testing.assert_array_equal(_f(train.customdata), [0, 10, 50])
+    assert "step + 1" in fig.layout.xaxis.title.text
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert "log" in fig.layout.yaxis.title.text
+    np.testing.assert_array_equal(_f(val.y), [2.1, 1.6, 1.4, 1.2, 1.1])
+    assert val.line.dash == "dash" and val.line.color == train.line.color
+    assert "%{y:" in train.hovertemplate and "skip" in fig.layout.title.text
+    assert fig.layout.title.text and fig.layout.yaxis.title.text == "loss (log scale)"
+
+
+def test_loss_curves_linear_axes_and_options():
+    run = _run("r", [1.0, 0.0, -1.0], val=[1.0, 1.0, 1.0])
+    fig = plots.loss_curves([run], metric="loss", log_x=False, log_y=False, show_val=False)
+    assert len(fig.data) == 1
+    assert fig.layout.xaxis.type == "linear" and fig.layout.yaxis.type == "linear"
+    np.testing.assert_array_equal(_f(fig.data[0].x), [0, 10, 20])
+    np.testing.assert_array_equal(_f(fig.data[0].y), [1.0, 0.0, -1.0])  # kept on a linear axis
+    logged = plots.loss_curves([run], log_y=True, show_val=False)
+    np.testing.assert_array_equal(_f(logged.data[0].y), [1.0])  # non-positive cannot go on log-y
+    acc = plots.loss_curves([{"label": "r", "status": "finished", "diverged_at": None,
+                              "history": [{"step": 0, "accuracy": 0.1, "val_accuracy": 0.2}]}],
+                            metric="accuracy", log_y=False)
+    assert [t.name for t in acc.data] == ["r", "r (val_accuracy)"]
+
+
+def test_loss_curves_marks_divergence():
+    diverged = _run("bad", [2.0, 1.9, 5.0, float("nan")], status="diverged", diverged_at=23)
+    fig = plots.loss_curves([_run("good", [2.0, 1.0]), diverged])
+    names = [t.name for t in fig.data]
+    assert "bad (diverged at step 23)" in names and "good" in names
+    markers = [t for t in fig.data if t.mode == "markers"]
+    assert len(markers) == 1
+    marker = markers[0]
+    assert marker.marker.symbol == "x"
+    assert list(marker.x) == [24] and list(marker.customdata) == [23]  # step 23, drawn at step + 1
+    assert marker.y[0] == 5.0  # last finite loss logged up to the divergence step
+    line = next(t for t in fig.data if t.name.startswith("bad"))
+    assert marker.marker.color == line.line.color
+    lin = plots.loss_curves([diverged], log_x=False)
+    assert list(next(t for t in lin.data if t.mode == "markers").x) == [23]
+    # diverged at step 0 with nothing finite: still marked, nothing plotted as 0
+    dead = _run("dead", [float("nan")], status="diverged", diverged_at=0)
+    fig = plots.loss_curves([dead])
+    assert len(fig.data[0].y) == 0 and fig.data[1].marker.symbol == "x"
+
+
+def test_loss_curves_bad_input():
+    with pytest.raises(ValueError, match="runs"):
+        plots.loss_curves([])
+    with pytest.raises(ValueError, match="runs"):
+        plots.loss_curves([{"history": []}])
+    with pytest.raises(ValueError, match="runs"):
+        plots.loss_curves([_run("a", [1.0]), _run("a", [1.0])])
+
+
+# --------------------------------------------------------------------------- coefficients
+
+
+def test_coefficient_heatmap_values_labels_and_triangle():
+    m = np.arange(16, dtype=float).reshape(4, 4) - 5
+    fig = plots.coefficient_heatmap(m, "ANCRe coefficients (run skip)")
+    assert len(fig.data) == 1 and isinstance(fig.data[0], go.Heatmap)
+    expected = m.copy()
+    expected[np.triu_indices(4, k=1)] = np.nan
+    np.testing.assert_array_equal(_f(fig.data[0].z), expected)
+    assert list(fig.data[0].x) == ["x0", "y1", "y2", "y3"]
+    assert list(fig.data[0].y) == ["in 1", "in 2", "in 3", "out"]
+    assert fig.data[0].zmid == 0  # diverging scale centred at 0
+    assert fig.layout.title.text == "ANCRe coefficients (run skip)"
+    assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
+    assert m[0, 1] == -4  # the input is not modified
+
+
+def test_coefficient_heatmap_log_ratio():
+    c = np.tril(np.array([[1.0, 0, 0], [0.5, 2.0, 0], [0.0, 1.0, 4.0]]))
+    with np.errstate(divide="ignore"):
+        lr = np.log(c / c.max(axis=0))
+    fig = plots.coefficient_heatmap(lr, "log ratio", log_ratio=True)
+    z = _f(fig.data[0].z)
+    assert np.isnan(z[2, 0])  # -inf (a zero coefficient) is blank
+    assert np.isnan(z[0, 1]) and np.isnan(z[0, 2]) and np.isnan(z[1, 2])
+    assert z[1, 0] == pytest.approx(math.log(0.5)) and z[2, 2] == 0
+    assert fig.data[0].zmax == 0 and fig.data[0].zmid is None
+    with pytest.raises(ValueError, match="matrix"):
+        plots.coefficient_heatmap(c, "raw coefficients are not log ratios", log_ratio=True)
+
+
+def test_coefficient_heatmap_bad_input():
+    with pytest.raises(ValueError, match="matrix"):
+        plots.coefficient_heatmap(np.zeros((3, 4)), "t")
+    with pytest.raises(ValueError, match="matrix"):
+        plots.coefficient_heatmap(np.zeros(3), "t")
+    with pytest.raises(ValueError, match="labels"):
+        plots.coefficient_heatmap(np.zeros((3, 3)), "t", labels=(["a", "b"], ["c", "d", "e"]))
+    fig = plots.coefficient_heatmap(np.zeros((2, 2)), "t", labels=(["e", "b1"], ["b1 in", "head"]))
+    assert list(fig.data[0].x) == ["e", "b1"] and list(fig.data[0].y) == ["b1 in", "head"]
+
+
+# --------------------------------------------------------------------------- spectra, norms, ranks
+
+
+def test_spectra_values_and_log_axis():
+    curves = {"skip": np.array([4.0, 2.0, 1.0]), "skipless": np.array([9.0, 0.1, 0.01, 0.001])}
+    fig = plots.spectra(curves, "Singular values of W_1")
+    assert len(fig.data) == 2
+    for trace, (label, y) in zip(fig.data, curves.items()):
+        assert trace.name == label
+        np.testing.assert_array_equal(_f(trace.y), y)
+        np.testing.assert_array_equal(_f(trace.x), np.arange(1, len(y) + 1))
+    assert fig.layout.yaxis.type == "log"
+    assert plots.spectra(curves, "t", log_y=False).layout.yaxis.type == "linear"
+    with pytest.raises(ValueError, match="curves"):
+        plots.spectra({"a": np.ones((2, 2))}, "t")
+    with pytest.raises(ValueError, match="curves"):
+        plots.spectra({}, "t")
+
+
+def test_log_singular_value_histograms():
+    rng = np.random.default_rng(0)
+    per_epoch = [(f"epoch {e}", rng.lognormal(size=30)) for e in range(4)]
+    per_epoch.append(("epoch 4", np.array([1.0, 10.0, 0.0, 100.0])))
+    fig = plots.log_singular_value_histograms(per_epoch, "IDInit Fig. 18")
+    assert len(fig.data) == 5 and all(isinstance(t, go.Histogram) for t in fig.data)
+    for trace, (_, sv) in zip(fig.data[:4], per_epoch):
+        np.testing.assert_allclose(_f(trace.x), np.log10(sv))
+    np.testing.assert_allclose(_f(fig.data[4].x), [0.0, 1.0, 2.0])  # the zero is left out
+    assert "omitted" in fig.layout.annotations[4].text
+    assert len({(t.xbins.start, t.xbins.size) for t in fig.data}) == 1  # shared bins
+    # every column's bottom panel (xaxis3 sits above an empty cell) names the x quantity
+    for axis in ("xaxis3", "xaxis4", "xaxis5"):
+        assert "log10" in fig.layout[axis].title.text
+    with pytest.raises(ValueError, match="per_epoch"):
+        plots.log_singular_value_histograms([], "t")
+    with pytest.raises(ValueError, match="per_epoch"):
+        plots.log_singular_value_histograms([("a", np.ones((2, 2)))], "t")
+
+
+def test_norms_by_layer():
+    curves = {"skip": [1.0, 1.1, 1.3], "skipless": [1.0, 0.5, 0.2]}
+    fig = plots.norms_by_layer(curves, "Forward norm by block", log_y=True)
+    assert len(fig.data) == 2
+    np.testing.assert_array_equal(_f(fig.data[1].y), curves["skipless"])
+    np.testing.assert_array_equal(_f(fig.data[0].x), [1, 2, 3])
+    assert fig.layout.yaxis.type == "log"
+    assert fig.layout.yaxis.title.text == "relative norm (log scale)"
+    assert "block" in fig.layout.xaxis.title.text
+
+
+def test_rank_plot():
+    fig = plots.rank_plot(["W1", "W2", "W3"], [3, 8, 1], [4, 8, 16], "Numerical rank")
+    assert len(fig.data) == 2 and all(isinstance(t, go.Bar) for t in fig.data)
+    full, rank = fig.data
+    np.testing.assert_array_equal(_f(full.y), [4, 8, 16])
+    np.testing.assert_array_equal(_f(rank.y), [3, 8, 1])
+    assert list(rank.x) == ["W1", "W2", "W3"] and fig.layout.barmode == "overlay"
+    with pytest.raises(ValueError, match="ranks"):
+        plots.rank_plot(["W1"], [1, 2], [2, 2], "t")
+    with pytest.raises(ValueError, match="full_ranks"):
+        plots.rank_plot(["W1"], [1], [2, 2], "t")
+    with pytest.raises(ValueError, match="ranks"):
+        plots.rank_plot(["W1"], [5], [4], "t")
+
+
+def test_theory_curves():
+    x = np.linspace(1, 10, 5)
+    fig = plots.theory_curves(x, {"bound": x ** 2, "exact": x}, "Theorem 4.2", "rank", "excess risk",
+                              log_x=True, log_y=True)
+    assert len(fig.data) == 2
+    np.testing.assert_array_equal(_f(fig.data[0].x), x)
+    np.testing.assert_array_equal(_f(fig.data[0].y), x ** 2)
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log"
+    assert fig.layout.xaxis.title.text.startswith("rank")
+    with pytest.raises(ValueError, match="curves"):
+        plots.theory_curves(x, {"bad": x[:3]}, "t", "x", "y")
+
+
+# --------------------------------------------------------------------------- grids
+
+
+def test_attention_maps_grid():
+    rng = np.random.default_rng(1)
+    maps = rng.random((3, 6, 5, 5))
+    maps /= maps.sum(-1, keepdims=True)
+    fig = plots.attention_maps(maps, "Attention (run skipless)", max_heads=4)
+    assert len(fig.data) == 3 * 4
+    assert all(isinstance(t, go.Heatmap) and t.zmin == 0 and t.zmax == 1 for t in fig.data)
+    np.testing.assert_array_equal(_f(fig.data[0].z), maps[0, 0])
+    np.testing.assert_array_equal(_f(fig.data[4 * 2 + 3].z), maps[2, 3])  # layer 3, head 4
+    assert sum(bool(t.showscale) for t in fig.data) == 1  # one shared colour bar
+    assert "query" in fig.data[0].hovertemplate and "key" in fig.data[0].hovertemplate
+    assert "4 of 6" in fig.layout.title.text
+    single = plots.attention_maps(maps[0, :2], "one layer")
+    assert len(single.data) == 2
+
+
+def test_attention_maps_bad_input():
+    with pytest.raises(ValueError, match="maps"):
+        plots.attention_maps(np.zeros((4, 4)), "t")
+    with pytest.raises(ValueError, match="maps"):
+        plots.attention_maps(np.zeros((1, 2, 3, 4, 4)), "t")
+    with pytest.raises(ValueError, match="maps"):
+        plots.attention_maps(np.zeros((2, 3, 4)), "t")
+    with pytest.raises(ValueError, match="max_heads"):
+        plots.attention_maps(np.zeros((2, 4, 4)), "t", max_heads=0)
+
+
+def test_pca_grid():
+    rng = np.random.default_rng(2)
+    images = rng.random((2, 3, 6, 5, 3))
+    fig = plots.pca_grid(images, ["skip", "skipless"], ["img 1", "img 2", "img 3"], "PCA of features")
+    assert len(fig.data) == 6 and all(isinstance(t, go.Image) for t in fig.data)
+    np.testing.assert_array_equal(np.asarray(fig.data[1 * 3 + 2].z), np.round(images[1, 2] * 255))
+    texts = [a.text for a in fig.layout.annotations]
+    assert texts == ["img 1", "img 2", "img 3"]
+    assert fig.layout.yaxis.title.text == "skip" and fig.layout.yaxis4.title.text == "skipless"
+    with pytest.raises(ValueError, match="images"):
+        plots.pca_grid(images[0], ["a"], ["b"], "t")
+    with pytest.raises(ValueError, match="images"):
+        plots.pca_grid(images * 2, ["a", "b"], ["1", "2", "3"], "t")
+    with pytest.raises(ValueError, match="row_labels"):
+        plots.pca_grid(images, ["a"], ["1", "2", "3"], "t")
+    with pytest.raises(ValueError, match="col_labels"):
+        plots.pca_grid(images, ["a", "b"], ["1"], "t")
+
+
+# --------------------------------------------------------------------------- all figures
+
+
+def test_every_figure_uses_the_white_template_and_has_titles():
+    figures = [
+        plots.loss_curves([_run("a", [1.0, 0.5])]),
+        plots.coefficient_heatmap(np.eye(3), "c"),
+        plots.spectra({"a": [2.0, 1.0]}, "s"),
+        plots.log_singular_value_histograms([("e", [1.0, 2.0])], "h"),
+        plots.norms_by_layer({"a": [1.0]}, "n"),
+        plots.rank_plot(["W"], [1], [2], "r"),
+        plots.attention_maps(np.full((1, 2, 2), 0.5), "att"),
+        plots.pca_grid(np.zeros((1, 1, 2, 2, 3)), ["r"], ["c"], "p"),
+        plots.theory_curves([1, 2], {"a": [1, 2]}, "t", "x", "y"),
+    ]
+    for fig in figures:
+        assert isinstance(fig, go.Figure)
+        assert fig.layout.template == pio.templates["plotly_white"]
+        assert fig.layout.title.text
+        assert all(t.hovertemplate for t in fig.data)
+
+
+# --------------------------------------------------------------------------- export
+
+
+def _no_cdn(html: str) -> None:
+    assert not re.search(r"<script[^>]*src=[\"'][^\"']*cdn\.plot\.ly", html)
+    assert "<script" in html and len(html) > 1_000_000  # plotly.js is embedded
+
+
+def test_export_html_is_self_contained(tmp_path, no_network):
+    fig = plots.spectra({"marker-run": [123.456789, 0.000987654]}, "t")
+    path = plots.export(fig, tmp_path / "fig.html")
+    html = path.read_text(encoding="utf-8")
+    _no_cdn(html)
+    # plotly stores numeric arrays as base64 of their bytes: the data is in the file
+    y = np.array([123.456789, 0.000987654])
+    assert "marker-run" in html and base64.b64encode(y.tobytes()).decode() in html
+    data = plots.to_html_bytes(fig)
+    assert isinstance(data, bytes)
+    _no_cdn(data.decode("utf-8"))
+    with pytest.raises(ValueError, match="path"):
+        plots.export(fig, tmp_path / "fig.svg")
+
+
+def test_png_export_works_or_names_the_fix(tmp_path):
+    fig = plots.norms_by_layer({"a": [1.0, 2.0]}, "t")
+    if importlib.util.find_spec("kaleido") is None:
+        with pytest.raises(RuntimeError, match="pip install kaleido") as info:
+            plots.to_png_bytes(fig)
+        assert "chromium" in str(info.value).lower()
+        with pytest.raises(RuntimeError, match="pip install kaleido"):
+            plots.export(fig, tmp_path / "fig.png")
+        assert not (tmp_path / "fig.png").exists()
+        return
+    try:  # kaleido is there; a browser may not be
+        data = plots.to_png_bytes(fig)
+    except RuntimeError as exc:
+        assert "chromium" in str(exc).lower()
+        return
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    path = plots.export(fig, tmp_path / "fig.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

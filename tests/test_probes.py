@@ -1,0 +1,321 @@
+"""Probes: each against a direct computation on a small model."""
+
+import numpy as np
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import explorer
+from explorer.probes import PROBES, probe
+
+LINEAR = {"data": {"name": "whitened-regression", "dim": 6, "n_train": 12, "n_val": 8, "rank": 3},
+          "model": {"name": "linear", "depth": 4, "width": 6}, "init": {"name": "normal", "std": 0.3}}
+MLP_RESNET = {"data": {"name": "spirals", "n_train": 32, "n_val": 16},
+              "model": {"name": "mlp-resnet", "depth": 5, "width": 6}, "init": {"name": "kaiming"}}
+MLP = {"data": {"name": "spirals", "n_train": 32, "n_val": 16},
+       "model": {"name": "mlp", "depth": 3, "width": 6}, "init": {"name": "kaiming"}}
+VIT = {"data": {"name": "shapes", "size": 16, "n_train": 16, "n_val": 8},
+       "model": {"name": "vit", "depth": 2, "width": 32, "heads": 2, "patch": 4}}
+
+
+def build(raw, **changes):
+    return explorer.build(explorer.ExperimentSpec.from_dict({**raw, **changes}))
+
+
+def dense_stack_singular_values(model, inputs, per_row=False):
+    """Reference: one dense autograd Jacobian of f(x0) = model.stack(x0) per input, then svdvals."""
+    model.eval()
+    with torch.no_grad():
+        x0 = model.embed(inputs)
+    shape = x0.shape[1:]
+    values = []
+    for x in x0:
+        def f(z):
+            return model.stack(z.view(1, *shape)).reshape(-1)
+
+        if per_row:
+            # One fresh forward per row: the Mixer fast path (ANCRe, GRN-v1) gives wrong gradients on a
+            # second backward through a retained graph, which autograd.functional.jacobian relies on.
+            rows = []
+            for i in range(x.numel()):
+                z = x.flatten().clone().requires_grad_()
+                rows.append(torch.autograd.grad(f(z)[i], z)[0])
+            jac = torch.stack(rows)
+        else:
+            with sdpa_kernel(SDPBackend.MATH):  # the fused CPU kernel's repeated backward is slow
+                jac = torch.autograd.functional.jacobian(f, x.flatten())
+        values.append(torch.linalg.svdvals(jac.double()))
+    return torch.stack(values).numpy()
+
+
+# --------------------------------------------------------------------------------------
+# the entry point
+# --------------------------------------------------------------------------------------
+def test_registry_lists_the_probes_with_their_options():
+    assert list(PROBES) == ["jacobian", "weights", "norms", "dead", "attention", "coefficients"]
+    assert PROBES["jacobian"].defaults() == {"max_inputs": 8, "k": 0}
+    assert PROBES["weights"].defaults() == {"tol": 0.0}
+
+
+def test_bad_names_and_options_raise_spec_errors():
+    model, data = build(LINEAR)
+    x = data.x_val[:2]
+    with pytest.raises(explorer.SpecError) as error:
+        probe(model, x, "jacobain")
+    assert error.value.path == "probe" and "jacobian" in error.value.message and "coefficients" in error.value.message
+    with pytest.raises(explorer.SpecError) as error:
+        probe(model, x, "jacobian", k=-1)
+    assert error.value.path == "probe.k" and "at least 0" in error.value.message
+    with pytest.raises(explorer.SpecError) as error:
+        probe(model, x, "jacobian", max_input=2)
+    assert error.value.path == "probe.max_input" and "max_inputs" in error.value.message
+    with pytest.raises(explorer.SpecError) as error:
+        probe(model, x, "dead", task="ranking")
+    assert error.value.path == "probe.task" and "classification" in error.value.message
+    with pytest.raises(explorer.SpecError) as error:
+        probe(model, x, "dead", targets=[1.0, 2.0])
+    assert error.value.path == "probe.targets"
+    with pytest.raises(explorer.SpecError) as error:
+        probe(model, x, "attention")
+    assert error.value.path == "probe" and "needs a Transformer (gpt or vit)" in error.value.message
+
+
+@pytest.mark.parametrize("name", ["jacobian", "weights", "norms", "dead", "coefficients"])
+def test_probes_restore_the_mode_and_leave_gradients_alone(name):
+    model, data = build(MLP)
+    model.train()
+    model.head[0].eval()  # a mixed state comes back as it was
+    marker = torch.ones_like(model.embed.weight)
+    model.embed.weight.grad = marker
+    result = probe(model, data.x_val[:4], name)
+    assert all(isinstance(v, np.ndarray) for v in result.values())
+    assert model.training and not model.head[0].training and model.stack.training
+    assert model.embed.weight.grad is marker
+    assert all(p.grad is None for n, p in model.named_parameters() if n != "embed.weight")
+
+
+# --------------------------------------------------------------------------------------
+# jacobian
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("raw, changes", [
+    (LINEAR, {}),
+    (MLP_RESNET, {}),
+    (LINEAR, {"topology": {"name": "ancre"}}),
+    (MLP, {"topology": {"name": "grn-v3"}}),
+], ids=["linear", "mlp-resnet", "ancre", "grn-v3"])
+def test_jacobian_matches_a_dense_autograd_jacobian(raw, changes):
+    model, data = build(raw, **changes)
+    topology = model.stack.topology
+    with torch.no_grad():  # move off the symmetric initial point so the mixing weights matter
+        for name, p in topology.named_parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1)))
+    x = data.x_val[:5]
+    result = probe(model, x, "jacobian", max_inputs=3)
+    expected = dense_stack_singular_values(model, x[:3], per_row=True)
+    assert result["singular_values"].shape == expected.shape == (3, 6)
+    np.testing.assert_allclose(result["singular_values"], expected, rtol=1e-5, atol=1e-6 * expected.max())
+    np.testing.assert_allclose(result["chi"], (expected ** 2).mean(1), rtol=1e-5)
+    top = probe(model, x, "jacobian", max_inputs=3, k=2)
+    np.testing.assert_allclose(top["singular_values"], result["singular_values"][:, :2])
+    np.testing.assert_allclose(top["chi"], result["chi"])
+
+
+def test_jacobian_of_a_cascaded_linear_net_is_the_product_of_identity_plus_weights():
+    model, data = build(LINEAR)
+    product = torch.eye(6, dtype=torch.float64)
+    for block in model.stack.blocks:
+        product = (torch.eye(6, dtype=torch.float64) + block.weight.detach().double()) @ product
+    result = probe(model, data.x_val, "jacobian", max_inputs=2)
+    expected = torch.linalg.svdvals(product).numpy()
+    np.testing.assert_allclose(result["singular_values"], np.stack([expected, expected]), rtol=1e-5)
+
+
+def test_jacobian_of_a_vit_covers_the_block_stack_only():
+    model, data = build(VIT, model={**VIT["model"], "width": 8, "patch": 8})
+    x = data.x_val[:2]
+    result = probe(model, x, "jacobian")
+    tokens, width = 5, 8  # 4 patches and the class token: the stream, not the image nor the logits
+    assert result["singular_values"].shape == (2, tokens * width)
+    expected = dense_stack_singular_values(model, x)
+    np.testing.assert_allclose(result["singular_values"], expected, rtol=1e-5, atol=1e-5 * expected.max())
+
+
+# --------------------------------------------------------------------------------------
+# weights
+# --------------------------------------------------------------------------------------
+def test_weights_match_numpy_rank_and_svd():
+    model, data = build(MLP, init={"name": "idinit"})
+    result = probe(model, data.x_val, "weights")
+    roles = explorer.roles(model)
+    params = dict(model.named_parameters())
+    expected = [n for n in params if roles[n] in explorer.nn.models.WEIGHT_ROLES]
+    assert list(result["names"]) == expected
+    width = max(min(params[n].shape) for n in expected)
+    assert result["singular_values"].shape == (len(expected), width)
+    for row, name in enumerate(expected):
+        w = params[name].detach().numpy()
+        assert tuple(result["shapes"][row]) == w.shape
+        s = np.linalg.svd(w, compute_uv=False)
+        np.testing.assert_allclose(result["singular_values"][row, :len(s)], s, rtol=1e-6)
+        assert np.isnan(result["singular_values"][row, len(s):]).all()
+        assert result["rank"][row] == np.linalg.matrix_rank(w)
+        if w.shape[0] == w.shape[1]:
+            assert result["residual_rank"][row] == np.linalg.matrix_rank(w - np.eye(len(w), dtype=w.dtype))
+        else:
+            assert np.isnan(result["residual_rank"][row])
+    loose = probe(model, data.x_val, "weights", tol=1e3)
+    assert (loose["rank"] == 0).all()
+
+
+def test_weights_reshape_conv_kernels_and_see_identity_inits():
+    model, data = build({"data": {"name": "shapes", "size": 16, "n_train": 8, "n_val": 4},
+                         "model": {"name": "resnet-cifar", "depth": 8, "width": 4}, "init": {"name": "idinit"}})
+    result = probe(model, data.x_val, "weights")
+    params = dict(model.named_parameters())
+    for row, name in enumerate(result["names"]):
+        p = params[name].detach()
+        assert tuple(result["shapes"][row]) == (p.shape[0], p[0].numel())
+        assert result["rank"][row] == np.linalg.matrix_rank(p.reshape(p.shape[0], -1).numpy())
+
+
+# --------------------------------------------------------------------------------------
+# norms
+# --------------------------------------------------------------------------------------
+def test_norms_match_a_hand_loop_over_a_cascaded_linear_net():
+    model, data = build(LINEAR)
+    x = data.x_val
+    result = probe(model, x, "norms")
+    inputs, outputs, stds = [], [], []
+    with torch.no_grad():
+        h = x.double()
+        for block in model.stack.blocks:
+            y = h @ block.weight.double().T
+            inputs.append(h.norm(dim=1).mean())
+            outputs.append(y.norm(dim=1).mean())
+            stds.append(y.std())
+            h = h + y
+    inputs = torch.stack(inputs).numpy()
+    np.testing.assert_allclose(result["input_norm"], inputs, rtol=1e-5)
+    np.testing.assert_allclose(result["relative_input_norm"], inputs / inputs[0], rtol=1e-5)
+    assert result["relative_input_norm"][0] == 1.0
+    np.testing.assert_allclose(result["output_norm"], torch.stack(outputs).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(result["output_std"], torch.stack(stds).numpy(), rtol=1e-5)
+
+
+def test_norms_cover_every_stage_of_a_resnet():
+    model, data = build({"data": {"name": "shapes", "size": 16, "n_train": 8, "n_val": 4},
+                         "model": {"name": "resnet-cifar", "depth": 14, "width": 4}})
+    result = probe(model, data.x_val, "norms")
+    n_blocks = sum(len(s.blocks) for s in model.stack.stacks)
+    assert n_blocks > len(model.stack.stacks[0].blocks)
+    assert all(v.shape == (n_blocks,) for v in result.values())
+
+
+# --------------------------------------------------------------------------------------
+# dead
+# --------------------------------------------------------------------------------------
+def reference_dead(model, loss_of):
+    model.eval()
+    roles = explorer.roles(model)
+    named = [(n, p) for n, p in model.named_parameters() if roles[n] in explorer.nn.models.WEIGHT_ROLES]
+    grads = torch.autograd.grad(loss_of(model), [p for _, p in named], allow_unused=True)
+    model.zero_grad(set_to_none=True)
+    return [int((g == 0).sum()) for g in grads]
+
+
+def test_dead_counts_exact_zero_gradients_of_the_task_or_proxy_loss():
+    digits = {"data": {"name": "digits"}, "model": {"name": "mlp-resnet", "depth": 4, "width": 32}}
+    counts = {}
+    for init in ("zero", "idinit"):
+        model, data = build(digits, init={"name": init})
+        x, y = data.x_train[:64], data.y_train[:64]
+        result = probe(model, x, "dead", targets=y)
+        expected = reference_dead(model, lambda m: torch.nn.functional.cross_entropy(m(x), y))
+        assert list(result["dead_weights"]) == expected
+        assert list(result["total_weights"]) == [p.numel() for p in model.parameters() if p.dim() == 2]
+        proxy = probe(model, x, "dead")
+        assert list(proxy["dead_weights"]) == reference_dead(model, lambda m: 0.5 * m(x).pow(2).mean())
+        stack_rows = [r for r, n in enumerate(result["names"]) if n.startswith("stack.")]
+        counts[init] = result["dead_weights"][stack_rows].sum()
+    # ZerO's zero-padded identities leave more of the stack without gradient than IDInit's
+    # (neither is dead-free on digits: constant pixels and ReLU zeros kill some weights).
+    assert counts["zero"] > counts["idinit"]
+
+
+def test_a_zeroed_branch_end_kills_the_whole_branch_start():
+    model, data = build(MLP)
+    with torch.no_grad():
+        model.stack.blocks[1].outer.weight.zero_()
+    result = probe(model, data.x_train, "dead", targets=data.y_train, task="classification")
+    row = list(result["names"]).index("stack.blocks.1.inner.weight")
+    assert result["dead_weights"][row] == result["total_weights"][row]
+    assert result["dead_rows"][row] == model.stack.blocks[1].inner.weight.shape[0]
+    other = list(result["names"]).index("stack.blocks.0.inner.weight")
+    assert result["dead_rows"][other] < model.stack.blocks[0].inner.weight.shape[0]
+
+
+# --------------------------------------------------------------------------------------
+# attention
+# --------------------------------------------------------------------------------------
+def test_attention_maps_of_a_gpt_are_causal_stochastic_matrices():
+    model, data = build({"data": {"name": "text", "context": 12, "max_chars": 3000, "n_val": 4},
+                         "model": {"name": "gpt", "depth": 2, "width": 16, "heads": 2}})
+    result = probe(model, data.x_val, "attention")
+    maps = result["maps"]
+    assert maps.shape == (2, 2, 12, 12)
+    np.testing.assert_allclose(maps.sum(-1), 1.0, rtol=1e-6)
+    assert np.all(np.triu(maps, 1) == 0)
+    assert result["kappa"].shape == result["diagonal"].shape == result["entropy"].shape == (2, 2)
+    # reference for the first layer: the map of the embedded first input
+    attn = model.stack.blocks[0].attn
+    first = attn.attention_map(model.embed(data.x_val[:1]))[0].double().numpy()
+    np.testing.assert_allclose(maps[0], first, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(result["kappa"][0], np.linalg.cond(first), rtol=1e-6)
+    np.testing.assert_allclose(result["diagonal"][0], np.diagonal(first, axis1=-2, axis2=-1).mean(-1), rtol=1e-6)
+    plogp = np.where(first > 0, first * np.log(np.where(first > 0, first, 1.0)), 0.0)
+    np.testing.assert_allclose(result["entropy"][0], -plogp.sum(-1).mean(-1), rtol=1e-6)
+
+
+def test_skipless_mimetic_init_makes_vit_attention_diagonal():
+    default, data = build(VIT)
+    skipless, _ = build(VIT, init={"name": "skipless"}, topology={"name": "skipless"})
+    a = probe(default, data.x_val, "attention")
+    b = probe(skipless, data.x_val, "attention")
+    assert len(skipless.stack.blocks) == 4  # module level: attention and MLP sub-blocks ...
+    assert b["maps"].shape == (2, 2, 17, 17)  # ... of which two attend
+    np.testing.assert_allclose(a["maps"].sum(-1), 1.0, rtol=1e-6)
+    assert b["diagonal"].mean() > 1.3 * a["diagonal"].mean()
+    assert b["entropy"].mean() < a["entropy"].mean()
+
+
+# --------------------------------------------------------------------------------------
+# coefficients
+# --------------------------------------------------------------------------------------
+def test_coefficients_of_cascaded_and_ancre():
+    model, data = build(LINEAR)
+    result = probe(model, data.x_val, "coefficients")
+    np.testing.assert_allclose(result["unrolled"], np.tril(np.ones((5, 5))))
+    np.testing.assert_allclose(result["own"], np.eye(5, k=-1))
+    assert np.all(result["log_ratio"].max(1) == 0)
+    assert np.all(np.isneginf(result["log_ratio"][np.triu_indices(5, 1)]))
+
+    model, data = build(LINEAR, topology={"name": "ancre"})
+    with torch.no_grad():
+        model.stack.topology.logits.normal_(0, 0.1, generator=torch.Generator().manual_seed(0))
+    result = probe(model, data.x_val, "coefficients")
+    c = model.stack.topology.coefficients()
+    np.testing.assert_allclose(result["own"], model.stack.topology.probabilities().detach().double().numpy().T)
+    np.testing.assert_allclose(result["unrolled"], c.unrolled)
+    with np.errstate(divide="ignore"):
+        expected = np.log(np.abs(c.unrolled) / np.abs(c.unrolled).max(1, keepdims=True))
+    np.testing.assert_allclose(result["log_ratio"], expected)
+    assert np.allclose(result["log_ratio"].max(1), 0)
+
+
+def test_coefficients_of_a_resnet_read_the_first_stage():
+    model, data = build({"data": {"name": "shapes", "size": 16, "n_train": 8, "n_val": 4},
+                         "model": {"name": "resnet-cifar", "depth": 14, "width": 4}})
+    result = probe(model, data.x_val, "coefficients")
+    topology = model.stack.stacks[0].topology  # cascaded is shared by the three stages
+    np.testing.assert_allclose(result["unrolled"], topology.coefficients().unrolled)
+    assert result["unrolled"].shape == (topology.n_blocks + 1,) * 2
