@@ -12,7 +12,8 @@ the CLI and the app can list and validate them like every other registry.
 """
 
 from explorer.probes.core import PROBES, probe
-from explorer.probes import features as _features, probes as _probes  # register the probes
+from explorer.probes import probes as _probes  # noqa: I001  (registers the probes, in this order)
+from explorer.probes import features as _features
 
 del _features, _probes
 
