@@ -52,7 +52,7 @@ def dense_stack_singular_values(model, inputs, per_row=False):
 # the entry point
 # --------------------------------------------------------------------------------------
 def test_registry_lists_the_probes_with_their_options():
-    assert list(PROBES) == ["jacobian", "weights", "norms", "dead", "attention", "coefficients", "pca"]
+    assert list(PROBES) == ["jacobian", "weights", "norms", "dead", "attention", "coefficients", "param-jacobian", "pca"]
     assert PROBES["jacobian"].defaults() == {"max_inputs": 8, "k": 0}
     assert PROBES["weights"].defaults() == {"tol": 0.0}
 

@@ -13,8 +13,8 @@ the CLI and the app can list and validate them like every other registry.
 
 from explorer.probes.core import PROBES, probe
 from explorer.probes import probes as _probes  # noqa: I001  (registers the probes, in this order)
-from explorer.probes import features as _features
+from explorer.probes import conditioning as _conditioning, features as _features
 
-del _features, _probes
+del _conditioning, _features, _probes
 
 __all__ = ["PROBES", "probe"]

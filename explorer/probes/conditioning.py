@@ -1,0 +1,170 @@
+"""Conditioning of one sub-block (Cutting the Skip, Sec. 4, Eq. 5-9): kappa of J_l and of K_l.
+
+J_l is the Jacobian of the block stack's output, over a few inputs, with respect to the
+parameters of one sub-block (the self-attention of block l, or its MLP); the paper bounds
+the network's conditioning by these blocks. K_l is the sub-block's own input-output
+Jacobian for one input (attention: softmax(Q K^T) V W_O as a function of its input).
+
+Both are formed exactly (torch.func.jacrev, then the SVD) when small enough. Otherwise the
+extreme singular values come from Lanczos with full reorthogonalisation on the smaller Gram
+matrix (J^T J or J J^T, applied with jvp and vjp, never formed): the largest converges
+quickly; the smallest Ritz value approaches lambda_min from above, so the estimate of kappa
+is a lower bound that tightens with more iterations (exact once they reach the dimension).
+Singular values below rtol * sigma_max are exact zeros up to float32 noise (the invariances
+of a LayerNorm downstream, or fewer rows than parameters) and are left out of kappa: it is
+the conditioning on the Jacobian's range, with the rank reported next to it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from explorer.nn.blocks import MLPBlock
+from explorer.nn.transformer import Attention, TransformerBlock
+from explorer.probes.core import PROBES
+from explorer.registry import Param, SpecError
+
+EXACT_LIMIT = 20_000_000  # entries of a Jacobian formed exactly
+
+
+def lanczos_ritz_values(matvec, dim: int, iterations: int, generator: torch.Generator | None = None,
+                        dtype=torch.float64) -> np.ndarray:
+    """Ritz values (ascending) of a symmetric operator of size dim after min(iterations, dim) Lanczos steps."""
+    steps = min(iterations, dim)
+    basis = torch.empty(steps + 1, dim, dtype=dtype)
+    v = torch.randn(dim, generator=generator, dtype=dtype)
+    basis[0] = v / v.norm()
+    alphas, betas = [], []
+    for k in range(steps):
+        w = matvec(basis[k])
+        alpha = torch.dot(w, basis[k])
+        w = w - basis[: k + 1].T @ (basis[: k + 1] @ w)  # full reorthogonalisation (twice is enough)
+        w = w - basis[: k + 1].T @ (basis[: k + 1] @ w)
+        alphas.append(float(alpha))
+        beta = float(w.norm())
+        if k == steps - 1 or beta < 1e-12 * max(1.0, abs(alphas[0])):
+            break
+        betas.append(beta)
+        basis[k + 1] = w / beta
+    t = np.diag(alphas) + np.diag(betas[: len(alphas) - 1], 1) + np.diag(betas[: len(alphas) - 1], -1)
+    return np.linalg.eigvalsh(t)
+
+
+def kappa(singular_values: np.ndarray, rtol: float) -> tuple[float, int]:
+    """(sigma_max / smallest sigma above rtol * sigma_max, how many are above): the condition number on the
+    Jacobian's range. Exact zeros (a LayerNorm's invariances, fewer rows than parameters) are left out."""
+    sv = np.sort(np.asarray(singular_values, dtype=float))[::-1]
+    if not sv.size or sv[0] <= 0:
+        return math.inf, 0
+    kept = sv[sv > rtol * sv[0]]
+    return float(kept[0] / kept[-1]), int(kept.size)
+
+
+def _kappa_of(f, primal: torch.Tensor, out_dim: int, method: str, iterations: int, rtol: float, seed: int) -> dict:
+    """Singular values (exact: all; Lanczos: the Ritz estimates) and kappa of the Jacobian of f at primal (1-d)."""
+    p = primal.numel()
+    if method == "exact" or (method == "auto" and out_dim * p <= EXACT_LIMIT):
+        jac = torch.func.jacrev(f)(primal).detach().reshape(out_dim, p).double()
+        sv = torch.linalg.svdvals(jac).numpy()
+        k, rank = kappa(sv, rtol)
+        return {"singular_values": sv, "kappa": k, "rank": rank, "exact": True}
+    gen = torch.Generator().manual_seed(seed)
+    _, vjp_fn = torch.func.vjp(f, primal)
+
+    def jvp(v):
+        return torch.func.jvp(f, (primal,), (v.to(primal.dtype),))[1].detach().double()
+
+    def vjp(u):
+        return vjp_fn(u.to(primal.dtype))[0].detach().double()
+
+    if p <= out_dim:
+        ritz = lanczos_ritz_values(lambda v: vjp(jvp(v)), p, iterations, gen)
+    else:
+        ritz = lanczos_ritz_values(lambda u: jvp(vjp(u)), out_dim, iterations, gen)
+    sv = np.sqrt(np.clip(ritz[::-1], 0.0, None))
+    k, rank = kappa(sv, rtol)
+    return {"singular_values": sv, "kappa": k, "rank": rank, "exact": False}
+
+
+def _sub_block(model, block: int, part: str) -> tuple[torch.nn.Module, str]:
+    """The sub-block module and its parameter prefix in model.stack."""
+    stack = getattr(model, "stack", None)
+    blocks = getattr(stack, "blocks", None)
+    if blocks is None:
+        raise SpecError("probe", "param-jacobian needs a model with one block stack (model.stack.blocks)")
+    units = [getattr(b, "block", b) for b in blocks]  # through ReZero/SkipInit gates
+    prefix_of = {id(m): f"blocks.{i}" + (".block" if m is not blocks[i] else "") for i, m in enumerate(units)}
+    if isinstance(units[0], TransformerBlock):
+        if not 0 <= block < len(units):
+            raise SpecError("probe.block", f"block {block} does not exist; choose 0..{len(units) - 1}")
+        unit = units[block]
+        module = unit.attn if part == "attention" else unit.mlp
+        return module, f"{prefix_of[id(unit)]}.{'attn' if part == 'attention' else 'mlp'}"
+    if isinstance(units[0], (Attention, MLPBlock)) and any(isinstance(u, Attention) for u in units):
+        kind = Attention if part == "attention" else MLPBlock
+        matching = [u for u in units if isinstance(u, kind)]
+        if not 0 <= block < len(matching):
+            raise SpecError("probe.block", f"block {block} does not exist; choose 0..{len(matching) - 1}")
+        return matching[block], prefix_of[id(matching[block])]
+    if part == "attention":
+        raise SpecError("probe.part", "this model has no attention; use part=mlp (the whole residual branch)")
+    if not 0 <= block < len(units):
+        raise SpecError("probe.block", f"block {block} does not exist; choose 0..{len(units) - 1}")
+    return units[block], prefix_of[id(units[block])]
+
+
+@PROBES.register(
+    "param-jacobian",
+    "condition number of the Jacobian w.r.t. one sub-block's parameters (J_l) and of the attention sub-block's "
+    "input Jacobian (K_l), Cutting the Skip Eq. 5-9",
+    (
+        Param("block", "int", 0, "which block (0 = first); for Transformers the index of the Transformer block",
+              low=0, high=100_000),
+        Param("part", "choice", "attention", "the attention or the MLP sub-block (other models: mlp = the whole branch)",
+              choices=("attention", "mlp")),
+        Param("max_inputs", "int", 2, "inputs stacked into J_l", low=1, high=1024),
+        Param("method", "choice", "auto", "exact (form and SVD), lanczos (estimate), or auto (exact when small)",
+              choices=("auto", "exact", "lanczos")),
+        Param("iterations", "int", 80, "Lanczos iterations (more: tighter smallest singular value)", low=2,
+              high=100_000),
+        Param("rtol", "float", 1e-5, "singular values below rtol * sigma_max count as zero (float32 noise, exact "
+                                     "invariances) and are left out of kappa", low=0.0, high=1.0),
+    ),
+)
+def param_jacobian(model, inputs, block, part, max_inputs, method, iterations, rtol):
+    """param_singular_values, param_kappa, param_rank of J_l; input_singular_values, input_kappa, input_rank of
+    K_l (first input); exact: 1 where formed exactly, 0 where estimated by Lanczos (J_l, K_l)."""
+    module, prefix = _sub_block(model, block, part)
+    x = inputs[:max_inputs]
+    with torch.no_grad():
+        x0 = model.embed(x).detach()
+    names = [name for name, _ in module.named_parameters()]
+    params = [p.detach() for _, p in module.named_parameters()]
+    sizes = [p.numel() for p in params]
+    flat = torch.cat([p.reshape(-1) for p in params])
+
+    def stack_of_params(theta):
+        pieces = dict(zip([f"{prefix}.{n}" for n in names], (c.view_as(p) for c, p in zip(theta.split(sizes), params))))
+        return torch.func.functional_call(model.stack, pieces, (x0,)).reshape(-1)
+
+    captured = []
+    hook = module.register_forward_pre_hook(lambda m, args: captured.append(args[0][:1].detach()))
+    with torch.no_grad():
+        out_dim = model.stack(x0).numel()
+    hook.remove()
+    sub_input = captured[0]
+
+    def sub_block(v):
+        return module(v.view_as(sub_input)).reshape(-1)
+
+    with sdpa_kernel(SDPBackend.MATH):
+        j = _kappa_of(stack_of_params, flat, out_dim, method, iterations, rtol, seed=0)
+        k = _kappa_of(sub_block, sub_input.reshape(-1), sub_input.numel(), method, iterations, rtol, seed=1)
+    return {"param_singular_values": j["singular_values"], "param_kappa": np.array(j["kappa"]),
+            "param_rank": np.array(j["rank"]), "input_singular_values": k["singular_values"],
+            "input_kappa": np.array(k["kappa"]), "input_rank": np.array(k["rank"]),
+            "exact": np.array([int(j["exact"]), int(k["exact"])])}
