@@ -52,13 +52,26 @@ class Coefficients:
 
 
 class Topology(nn.Module):
-    """Base class: subclasses implement `run` and `own_matrix`."""
+    """Base class: subclasses implement `run` and `own_matrix`.
+
+    Topologies with input-dependent weights (GRN-v3, DCA) append what each mix used to
+    `recording` when it is a list (probes set it for one forward pass): (destination row,
+    the source indices behind each weight slot, per-slot weights over the batch (slots, N)).
+    """
 
     basis = "state"
 
     def __init__(self, n_blocks: int):
         super().__init__()
         self.n_blocks = n_blocks
+        self.recording: list | None = None
+
+    def _record(self, row: int, slot_sources: list[list[int]], b: torch.Tensor, gate: torch.Tensor | None) -> None:
+        """Note the effective weight of each slot: b averaged over features, plus the gate of each example/position."""
+        with torch.no_grad():
+            base = b.mean(-1) if b.dim() == 2 else b
+            values = base[:, None].expand(len(base), 1) if gate is None else base[:, None] + gate.reshape(len(base), -1)
+            self.recording.append((row, slot_sources, values.detach().double().cpu().numpy()))
 
     @abstractmethod
     def run(self, x0: torch.Tensor, blocks: nn.ModuleList, acts) -> torch.Tensor:
@@ -299,9 +312,14 @@ class GRN(Topology):
         shape[0], shape[axis] = b.shape
         weight = b.reshape(shape)
         if gate_weights is not None:  # one weight per source and example (and position), shared across features
-            gate = torch.relu(torch.tensordot(part.movedim(axis, -1), gate_weights, dims=1))
-            weight = weight + gate.unsqueeze(axis)
+            weight = weight + GRN._gate(part, gate_weights).unsqueeze(axis)
         return (part * weight).sum(0)
+
+    @staticmethod
+    def _gate(part: torch.Tensor, gate_weights: torch.Tensor) -> torch.Tensor:
+        """relu(w^T G_t): one weight per source and example (and position), (n, B[, T]) or (n, B, H, W)."""
+        axis = 2 if part.dim() == 5 else part.dim() - 1
+        return torch.relu(torch.tensordot(part.movedim(axis, -1), gate_weights, dims=1))
 
     def run(self, x0, blocks, acts):
         if self.k:
@@ -326,7 +344,11 @@ class GRN(Topology):
         def mix(row):
             total = None
             for start, part in history.parts():
-                term = self._combine(part, rows[row][start:start + len(part)], gates[row])
+                b = rows[row][start:start + len(part)]
+                if self.recording is not None:
+                    gate = None if gates[row] is None else self._gate(part, gates[row])
+                    self._record(row, [[start + i] for i in range(len(part))], b, gate)
+                term = self._combine(part, b, gates[row])
                 total = term if total is None else total + term
             return total
 
@@ -346,7 +368,11 @@ class GRN(Topology):
             b = rows[row]  # slots: 0 = x_0, 1 = middle sum, 2.. = last k (oldest first)
             b = torch.cat([b[:1], b[1:2], b[2 + self.k - len(last):]]) if middle is not None \
                 else torch.cat([b[:1], b[2 + self.k - len(last):]])
-            return self._combine(torch.stack(sources), b, gates[row])
+            part = torch.stack(sources)
+            if self.recording is not None:
+                gate = None if gates[row] is None else self._gate(part, gates[row])
+                self._record(row, k_slot_sources(row, len(last), middle is not None), b, gate)
+            return self._combine(part, b, gates[row])
 
         for t, block in enumerate(blocks, start=1):
             inp = mix(t - 1)
@@ -424,6 +450,10 @@ class DCA(Topology):
             part = torch.stack(sources())
             slots = self._slots(len(sources_last), middle is not None)
             gates = torch.relu(part @ self.gates[:, t - 1].T)  # (n, ..., 3): the three inputs' gates at once
+            if self.recording is not None:
+                for m in range(3):
+                    self._record(t - 1, k_slot_sources(t - 1, len(sources_last), middle is not None),
+                                 self.weights[m, t - 1, slots], gates[..., m])
             q, k, v = (self._mix(part, self.weights[m, t - 1, slots], gates[..., m]) for m in range(3))
             d = branch_output(q, block(q, k, v), acts[t - 1])
             sources_last.append(d)
@@ -432,7 +462,11 @@ class DCA(Topology):
                 middle = oldest if middle is None else middle + oldest
         part = torch.stack(sources())
         slots = self._slots(len(sources_last), middle is not None)
-        return self._mix(part, self.out_weights[slots], torch.relu(part @ self.out_gates))
+        gate = torch.relu(part @ self.out_gates)
+        if self.recording is not None:
+            self._record(self.n_blocks, k_slot_sources(self.n_blocks, len(sources_last), middle is not None),
+                         self.out_weights[slots], gate)
+        return self._mix(part, self.out_weights[slots], gate)
 
     def own_matrix(self):
         """Rows 0..L-1: block inputs (query, key and value weights averaged, and over features); row L: the output."""
@@ -451,6 +485,13 @@ class DCA(Topology):
             for m in range(n_last):
                 own[row, n_sources - n_last + m] = w[2 + self.k - n_last + m]
         return own
+
+
+def k_slot_sources(row: int, n_last: int, has_middle: bool) -> list[list[int]]:
+    """The sources behind each weight slot of destination `row` (sources 0..row): x_0, then the
+    middle outputs summed into one slot (if any), then the last n_last outputs one each."""
+    middle = [list(range(1, row + 1 - n_last))] if has_middle else []
+    return [[0]] + middle + [[i] for i in range(row + 1 - n_last, row + 1)]
 
 
 def _identity(x):

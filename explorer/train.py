@@ -21,6 +21,7 @@ from explorer.data import Dataset, build_dataset
 from explorer.init import initialize
 from explorer.nn.models import build_model
 from explorer.optim import build_optimizer, is_full_batch
+from explorer.registry import SpecError
 from explorer.spec import ExperimentSpec
 
 
@@ -30,12 +31,14 @@ class StopTraining(Exception):
 
 @dataclass
 class Event:
-    """What a callback receives: kind is "start", "log" or "end"."""
+    """What a callback receives: kind is "start", "log" or "end"; `probes` holds the probe results of a log
+    event at which probes ran ({name: {key: array}}), else is empty."""
 
     kind: str
     step: int
     metrics: dict[str, float]
     run: Run
+    probes: dict[str, dict] = field(default_factory=dict)
 
 
 @dataclass
@@ -51,6 +54,7 @@ class Run:
     steps_done: int = 0
     diverged_at: int | None = None
     wall_time: float = 0.0
+    probe_history: list[dict[str, Any]] = field(default_factory=list)  # {"step", "name", "result"}, in order
 
     @property
     def final(self) -> dict[str, float]:
@@ -144,14 +148,56 @@ def evaluate(model: nn.Module, data: Dataset, split: str = "val") -> dict[str, f
     return {k: float(v) for k, v in metrics.items()}
 
 
+class _LiveProbes:
+    """Probes run on a fixed validation batch at the logged steps, every `every` steps (and at the end)."""
+
+    def __init__(self, probes: dict[str, dict], every: int, data: Dataset, inputs: int):
+        from explorer.probes import PROBES
+
+        if every < 1:
+            raise SpecError("probe_every", f"must be a positive number of steps, got {every}")
+        for name in probes:
+            PROBES.lookup(name, "probes")
+        self.probes, self.every, self.next = probes, every, 0
+        self.x, self.y = data.x_val[:inputs], data.y_val[:inputs]
+        self.masks = None if data.masks_val is None else data.masks_val[:inputs]
+        self.tensors = {name: PROBES[name].extra.get("tensors", {}) for name in probes}
+
+    def due(self, step: int, last: bool) -> bool:
+        return step >= self.next or last
+
+    def run(self, model: nn.Module, step: int) -> dict[str, dict]:
+        from explorer.probes import probe
+
+        self.next = (step // self.every + 1) * self.every
+        results = {}
+        for name, options in self.probes.items():
+            extra = {}
+            if "targets" in self.tensors[name]:
+                extra["targets"] = self.y
+            if "masks" in self.tensors[name] and self.masks is not None:
+                extra["masks"] = self.masks
+            results[name] = probe(model, self.x, name, **{**extra, **(options or {})})
+        return results
+
+
 def train(
     spec: ExperimentSpec,
     callbacks: Iterable[Callable[[Event], Any]] | None = None,
     stop: threading.Event | None = None,
+    probes: dict[str, dict] | None = None,
+    probe_every: int = 100,
+    probe_inputs: int = 8,
 ) -> Run:
-    """Train `spec` to the end, to divergence, or until `stop` is set / a callback raises StopTraining."""
+    """Train `spec` to the end, to divergence, or until `stop` is set / a callback raises StopTraining.
+
+    `probes` ({name: options}, see explorer.probes) run every `probe_every` steps, at logged steps, on the
+    first `probe_inputs` validation examples; their results land in `run.probe_history` and in the log
+    event's `probes`, so a listener can redraw a spectrum or a heatmap while the run trains.
+    """
     callbacks = list(callbacks or [])
     model, data = build(spec)
+    live = _LiveProbes(probes, probe_every, data, probe_inputs) if probes else None
     device = next(model.parameters()).device
     cfg = spec.train
     optimizer, schedule = build_optimizer(model, spec.optim, cfg.steps)
@@ -162,8 +208,8 @@ def train(
     checked = 0  # losses[:checked] are known to be sane
     start = time.perf_counter()
 
-    def emit(kind: str, step: int, metrics: dict[str, float]) -> None:
-        event = Event(kind, step, metrics, run)
+    def emit(kind: str, step: int, metrics: dict[str, float], probed: dict | None = None) -> None:
+        event = Event(kind, step, metrics, run, probed or {})
         for callback in callbacks:
             callback(event)
 
@@ -182,9 +228,13 @@ def train(
             row.update(evaluate(model, data, "val"))
         run.history.append(row)
         run.steps_done = step
+        probed = {}
+        if live is not None and run.status != "diverged" and live.due(step, step == cfg.steps):
+            probed = live.run(model, step)
+            run.probe_history.extend({"step": step, "name": name, "result": result} for name, result in probed.items())
         run.wall_time = time.perf_counter() - start
         if notify:
-            emit("log", step, row)
+            emit("log", step, row, probed)
         return run.status != "diverged"
 
     emit("start", 0, {})

@@ -7,6 +7,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import explorer
 from explorer.probes import PROBES, probe
+from explorer.topology import DCA
 
 LINEAR = {"data": {"name": "whitened-regression", "dim": 6, "n_train": 12, "n_val": 8, "rank": 3},
           "model": {"name": "linear", "depth": 4, "width": 6}, "init": {"name": "normal", "std": 0.3}}
@@ -319,3 +320,26 @@ def test_coefficients_of_a_resnet_read_the_first_stage():
     topology = model.stack.stacks[0].topology  # cascaded is shared by the three stages
     np.testing.assert_allclose(result["unrolled"], topology.coefficients().unrolled)
     assert result["unrolled"].shape == (topology.n_blocks + 1,) * 2
+
+
+@pytest.mark.parametrize("topology", [{"name": "grn-v3"}, {"name": "grn-v3", "k": 1}, {"name": "dca"},
+                                      {"name": "dca", "k": 1}])
+def test_input_dependent_weights_are_averaged_over_the_batch(topology):
+    model, data = build({
+        "data": {"name": "text", "context": 8, "max_chars": 5000},
+        "model": {"name": "gpt", "depth": 3, "width": 8, "heads": 2}, "topology": topology,
+        "train": {"steps": 2, "log_every": 1}})
+    x = data.x_val[:3]
+    at_init = probe(model, x, "coefficients")
+    assert np.allclose(at_init["batch_weights"], at_init["own"])  # zero gates: b alone
+    assert np.allclose(at_init["batch_quantiles"][0], at_init["own"])
+    topo = model.stack.topology
+    with torch.no_grad():
+        topo.gates.normal_(0.0, 0.5, generator=torch.Generator().manual_seed(0))
+    moved = probe(model, x, "coefficients")
+    # Destination 1 (block 1's input) reads x_0 alone: its weight is b + relu(w . x_0), averaged over tokens.
+    x0 = model.embed(x).detach()
+    w = topo.gates[:, 0] if isinstance(topo, DCA) else topo.gates[0:1]
+    expected = (torch.relu(x0 @ w.T).mean() + 1.0).item()
+    assert moved["batch_weights"][0, 0] == pytest.approx(expected, rel=1e-5)
+    assert (moved["batch_quantiles"][2] >= moved["batch_quantiles"][0]).all()

@@ -4,6 +4,7 @@ import json
 import math
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -181,3 +182,23 @@ def test_every_topology_trains_on_every_model(model, topology):
     run = explorer.train(spec)
     assert run.status == "finished"
     assert run.history[-1]["loss"] < run.history[0]["loss"]
+
+
+def test_live_probes_run_at_logged_steps_and_reach_the_listeners():
+    spec = explorer.preset("ancre-fig2b-ancre").with_values({"train.steps": 20, "train.log_every": 5})
+    seen = []
+    run = explorer.train(spec, callbacks=[lambda e: seen.append((e.kind, e.step, sorted(e.probes)))],
+                         probes={"coefficients": {}, "jacobian": {"k": 3}}, probe_every=10, probe_inputs=4)
+    steps = [(row["step"], row["name"]) for row in run.probe_history]
+    assert steps == [(0, "coefficients"), (0, "jacobian"), (10, "coefficients"), (10, "jacobian"),
+                     (20, "coefficients"), (20, "jacobian")]
+    assert ("log", 10, ["coefficients", "jacobian"]) in seen and ("log", 5, []) in seen
+    first, last = run.probe_history[0]["result"]["own"], run.probe_history[-2]["result"]["own"]
+    assert not np.allclose(first, last)  # ANCRe's coefficients moved while training
+    assert run.probe_history[1]["result"]["singular_values"].shape == (4, 3)
+
+
+def test_live_probes_refuse_unknown_names_before_training():
+    with pytest.raises(explorer.SpecError) as err:
+        explorer.train(explorer.preset("ancre-fig2b-ancre"), probes={"jacobain": {}})
+    assert err.value.path == "probes"

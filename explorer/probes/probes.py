@@ -9,6 +9,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from explorer.nn.models import WEIGHT_ROLES, Stack, roles
 from explorer.nn.transformer import Attention
+from explorer.topology import DCA
 from explorer.probes.core import PROBES
 from explorer.registry import Param, SpecError
 
@@ -250,9 +251,41 @@ def coefficients(model, inputs):
     """own and unrolled from Topology.coefficients() (rows: destinations; the first stage's Stack of a
     resnet-cifar), and log_ratio[r, i] = log(|unrolled[r, i]| / max_i |unrolled[r, i]|): 0 for each row's
     strongest source, -inf where a source does not reach, NaN on an all-zero row (ANCRe Fig. 6)."""
-    c = stacks(model)[0].topology.coefficients()
+    topology = stacks(model)[0].topology
+    c = topology.coefficients()
     magnitude = np.abs(c.unrolled)
     row_max = magnitude.max(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_ratio = np.log(magnitude / row_max)
-    return {"own": c.own, "unrolled": c.unrolled, "log_ratio": log_ratio}
+    result = {"own": c.own, "unrolled": c.unrolled, "log_ratio": log_ratio}
+    if getattr(topology, "version", None) == 3 or isinstance(topology, DCA):
+        result.update(_input_dependent_weights(model, topology, inputs))
+    return result
+
+
+def _input_dependent_weights(model, topology, inputs) -> dict[str, np.ndarray]:
+    """GRN-v3 / DCA: the weights each mix used on this batch, b (feature mean) + relu(w^T G) per example and
+    position: their mean (batch_weights) and 5th/50th/95th percentiles (batch_quantiles, DCA Appendix H).
+    DCA's query, key and value mixes are pooled. Rows: destinations; columns: sources."""
+    size = topology.n_blocks + 1
+    topology.recording = []
+    try:
+        with torch.no_grad():
+            model(inputs)
+        records = topology.recording
+    finally:
+        topology.recording = None
+    samples = [[[] for _ in range(size)] for _ in range(size)]
+    for row, slot_sources, values in records:
+        for slot, sources in enumerate(slot_sources):
+            for source in sources:
+                samples[row][source].append(values[slot])
+    mean = np.zeros((size, size))
+    quantiles = np.zeros((3, size, size))
+    for row in range(size):
+        for source in range(size):
+            if samples[row][source]:
+                pooled = np.concatenate(samples[row][source])
+                mean[row, source] = pooled.mean()
+                quantiles[:, row, source] = np.percentile(pooled, [5, 50, 95])
+    return {"batch_weights": mean, "batch_quantiles": quantiles}
