@@ -27,6 +27,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="change a value by its dotted path, e.g. --set model.depth=30 (repeatable)")
     train.add_argument("--json", action="store_true", help="print the run summary as JSON")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.add_argument("--no-record", action="store_true", help="do not record the run in the run store (EXPLORER_HOME)")
+    train.add_argument("--checkpoint-every", type=int, metavar="N",
+                       help="also checkpoint every N steps, so a killed run can resume (`explorer runs resume`)")
 
     probe = sub.add_parser("probe", help="train a preset or spec briefly (or not at all) and probe the model")
     source = probe.add_mutually_exclusive_group(required=True)
@@ -45,6 +48,24 @@ def _parser() -> argparse.ArgumentParser:
     lister = sub.add_parser("list", help="list a registry's names")
     lister.add_argument("kind", choices=KINDS)
     lister.add_argument("--json", action="store_true", help="print {name: description} as JSON")
+
+    runs = sub.add_parser("runs", help="list, show, export and delete recorded runs (in EXPLORER_HOME)")
+    runs_sub = runs.add_subparsers(dest="runs_command", required=True)
+    runs_list = runs_sub.add_parser("list", help="the recorded runs, newest first")
+    runs_list.add_argument("--status", help="only runs with this status (running, finished, diverged, stopped, ...)")
+    runs_list.add_argument("--limit", type=int, metavar="N", help="at most N runs")
+    runs_list.add_argument("--json", action="store_true", help="print the runs as JSON")
+    runs_show = runs_sub.add_parser("show", help="one run: status, spec, environment, final metrics")
+    runs_show.add_argument("id", help="a run id or a unique prefix of one")
+    runs_show.add_argument("--json", action="store_true", help="print everything (history and probes too) as JSON")
+    runs_export = runs_sub.add_parser("export", help="write a run to .json (everything) or .csv (the history)")
+    runs_export.add_argument("id", help="a run id or a unique prefix of one")
+    runs_export.add_argument("path", type=Path, help="the file to write, ending in .json or .csv")
+    runs_delete = runs_sub.add_parser("delete", help="remove a run and its checkpoint")
+    runs_delete.add_argument("id", help="a run id or a unique prefix of one")
+    runs_resume = runs_sub.add_parser("resume", help="continue a stopped or interrupted run from its last checkpoint")
+    runs_resume.add_argument("id", help="a run id or a unique prefix of one")
+    runs_resume.add_argument("--json", action="store_true", help="print the run summary as JSON")
     return parser
 
 
@@ -75,13 +96,25 @@ def _train(args) -> int:
 
     spec = load_spec(args.preset, args.spec, args.changes)
     callbacks = [] if args.quiet or args.json else [_progress_bar(spec.train.steps)]
+    recorder = None
+    if not args.no_record:
+        from explorer.runs import StoreRecorder
+
+        recorder = StoreRecorder(label=args.preset, checkpoint_every=args.checkpoint_every)
+        callbacks.insert(0, recorder)
     run = train(spec, callbacks=callbacks)
+    _report(run, args.json, recorder.run_id if recorder else None)
+    return 0
+
+
+def _report(run, as_json: bool, run_id: str | None) -> None:
     summary = run.summary()
-    if args.json:
+    if run_id is not None:
+        summary["run_id"] = run_id
+    if as_json:
         print(json.dumps(summary))
     else:
         _print_summary(summary)
-    return 0
 
 
 def _probe(args) -> int:
@@ -159,6 +192,8 @@ def _print_summary(summary: dict) -> None:
         if summary[key] is not None:
             lines.append(f"{key[6:]:<11} {summary[key]:.6g}")
     lines.append(f"time        {summary['wall_time']:.2f} s ({summary['steps_per_second']} steps/s on {summary['device']})")
+    if summary.get("run_id"):
+        lines.append(f"run         {summary['run_id'][:12]} (explorer runs show {summary['run_id'][:12]})")
     print("\n".join(lines))
 
 
@@ -173,6 +208,66 @@ def _list(kind: str, as_json: bool) -> int:
     return 0
 
 
+def _runs(args) -> int:
+    """`explorer runs list|show|export|delete`: the run store in EXPLORER_HOME (see explorer.runs)."""
+    import datetime
+
+    from explorer.runs import default_store
+
+    store = default_store()
+
+    def when(t: float) -> str:
+        return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+    if args.runs_command == "list":
+        records = store.list(status=args.status, limit=args.limit)
+        if args.json:
+            print(json.dumps(records, indent=2))
+            return 0
+        if not records:
+            print("no runs recorded" + (f" with status {args.status!r}" if args.status else ""))
+        for r in records:
+            loss = (r["final"] or {}).get("loss")
+            loss = "-" if loss is None else f"{loss:.4g}"
+            print(f"{r['id'][:12]}  {when(r['created'])}  {r['status']:<9} {r['steps_done']:>7} steps  "
+                  f"loss {loss:<10} {r['label'] or ''}".rstrip())
+        return 0
+    if args.runs_command == "show":
+        record = store.get(args.id, arrays=False)
+        if args.json:
+            print(json.dumps(record, indent=2))
+            return 0
+        env = record["environment"] or {}
+        lines = [f"id          {record['id']}", f"label       {record['label'] or '-'}",
+                 f"status      {record['status']}" + (f" at step {record['diverged_at']}" if record["diverged_at"] is not None else ""),
+                 f"created     {when(record['created'])}   updated {when(record['updated'])}",
+                 f"steps       {record['steps_done']}   wall time {record['wall_time'] or 0:.2f} s",
+                 "spec        " + "  ".join(f"{k}={v['name']}" for k, v in record["spec"].items() if "name" in v),
+                 f"history     {len(record['history'])} rows   probes {len(record['probes'])} results",
+                 f"environment torch {env.get('torch')}, python {env.get('python')}, {env.get('device')} on {env.get('hostname')}",
+                 f"checkpoint  {record['checkpoint'] or '-'}"]
+        for key, value in (record["final"] or {}).items():
+            if key != "step" and value is not None:
+                lines.append(f"final {key:<12} {value:.6g}")
+        print("\n".join(lines))
+        return 0
+    if args.runs_command == "export":
+        try:
+            path = store.export(args.id, args.path)
+        except OSError as err:
+            raise SpecError("PATH", f"cannot write {args.path}: {err.strerror}") from None
+        print(f"wrote {path}")
+        return 0
+    if args.runs_command == "resume":
+        from explorer.runs import resume
+
+        run = resume(args.id, store)
+        _report(run, args.json, store.resolve(args.id))
+        return 0
+    print(f"deleted {store.delete(args.id)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -180,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
             return _train(args)
         if args.command == "probe":
             return _probe(args)
+        if args.command == "runs":
+            return _runs(args)
         if args.command == "presets":
             return _list("presets", False)
         return _list(args.kind, args.json)

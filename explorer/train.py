@@ -55,6 +55,14 @@ class Run:
     diverged_at: int | None = None
     wall_time: float = 0.0
     probe_history: list[dict[str, Any]] = field(default_factory=list)  # {"step", "name", "result"}, in order
+    _state: Callable[[], dict] | None = field(default=None, repr=False)
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Everything needed to resume this run where it stands (tensors, numbers, lists and dicts only, so it
+        saves with torch.save and loads with weights_only=True). Valid in "log" and "end" events."""
+        if self._state is None:
+            raise RuntimeError("this run has no training state to checkpoint (it is not being trained)")
+        return self._state()
 
     @property
     def final(self) -> dict[str, float]:
@@ -122,11 +130,25 @@ class _Batches:
         self.size = self.n if full else min(batch_size, self.n)
         self.gen = torch.Generator(device=self.x.device).manual_seed(seed)
         self.order, self.pos = None, self.n
+        self.before: tuple = (None, self.n, None)  # (order, pos, generator state) before the last draw
+
+    def state(self) -> dict[str, Any]:
+        """The sampler as it was before the batch last drawn (a resumed run draws that batch again)."""
+        order, pos, generator = self.before
+        return {"order": order, "pos": pos, "generator": generator if generator is not None else self.gen.get_state()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        order = state["order"]
+        self.order = None if order is None else order.to(self.x.device)
+        self.pos = state["pos"]
+        self.gen.set_state(state["generator"])
 
     def __next__(self):
+        self.before = (self.order, self.pos, None)  # the generator only moves at a new epoch
         if self.size == self.n:
             return self.x, self.y
         if self.pos + self.size > self.n:
+            self.before = (self.order, self.pos, self.gen.get_state())
             self.order = torch.randperm(self.n, generator=self.gen, device=self.x.device)
             self.pos = 0
         index = self.order[self.pos:self.pos + self.size]
@@ -188,12 +210,15 @@ def train(
     probes: dict[str, dict] | None = None,
     probe_every: int = 100,
     probe_inputs: int = 8,
+    resume_from: dict[str, Any] | None = None,
 ) -> Run:
     """Train `spec` to the end, to divergence, or until `stop` is set / a callback raises StopTraining.
 
     `probes` ({name: options}, see explorer.probes) run every `probe_every` steps, at logged steps, on the
     first `probe_inputs` validation examples; their results land in `run.probe_history` and in the log
     event's `probes`, so a listener can redraw a spectrum or a heatmap while the run trains.
+    `resume_from` (a `Run.checkpoint()`) continues a stopped or interrupted run: on CPU the result is the
+    same as a run that never stopped.
     """
     callbacks = list(callbacks or [])
     model, data = build(spec)
@@ -207,6 +232,18 @@ def train(
     losses = torch.full((cfg.steps + 1,), float("nan"), device=device)
     checked = 0  # losses[:checked] are known to be sane
     start = time.perf_counter()
+    step = 0
+    if resume_from is not None:
+        step, checked = _restore(resume_from, run, model, optimizer, schedule, batches, losses)
+        start -= resume_from["wall_time"]
+
+    def state() -> dict[str, Any]:
+        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+                "batches": batches.state(), "step": step, "checked": min(checked, step),
+                "losses": losses[:step].cpu(), "history": [row for row in run.history if row["step"] < step],
+                "wall_time": run.wall_time}
+
+    run._state = state
 
     def emit(kind: str, step: int, metrics: dict[str, float], probed: dict | None = None) -> None:
         event = Event(kind, step, metrics, run, probed or {})
@@ -237,10 +274,9 @@ def train(
             emit("log", step, row, probed)
         return run.status != "diverged"
 
-    emit("start", 0, {})
+    emit("start", step, {})
     model.train()
     try:
-        step = 0
         while True:
             x, y = next(batches)
             loss = loss_fn(model(x), y)
@@ -264,3 +300,18 @@ def train(
     run.wall_time = time.perf_counter() - start
     emit("end", run.steps_done, run.final)
     return run
+
+
+def _restore(state: dict[str, Any], run: Run, model, optimizer, schedule, batches: _Batches, losses) -> tuple[int, int]:
+    """Load a Run.checkpoint() into a freshly built run; (step to continue from, losses known sane)."""
+    step = int(state["step"])
+    if step > len(losses) - 1:
+        raise SpecError("train.steps", f"the checkpoint is at step {step}, beyond this spec's {len(losses) - 1} steps")
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    batches.load_state(state["batches"])
+    losses[:step] = state["losses"].to(losses.device)
+    run.history = [dict(row) for row in state["history"]]
+    run.steps_done = step
+    return step, int(state["checked"])

@@ -5,6 +5,14 @@ import socket
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def explorer_home(tmp_path_factory, monkeypatch):
+    """Every test records runs into its own store, never the user's (~/.explorer)."""
+    path = tmp_path_factory.mktemp("explorer-home")
+    monkeypatch.setenv("EXPLORER_HOME", str(path))
+    return path
+
+
 @pytest.fixture
 def no_network(monkeypatch):
     """Any attempt to open a connection or resolve a host fails the test."""

@@ -255,3 +255,19 @@ def test_probe_text_output_and_bad_options(capsys):
                        "probe.k")
     assert_clean_error(*run_cli(capsys, "probe", "--preset", PRESET, "--probe", "jacobain"), "did you mean 'jacobian'")
     assert_clean_error(*run_cli(capsys, "probe", "--preset", PRESET, "--probe", "pca"), "vit")
+
+
+# ---- recording ---------------------------------------------------------------------------
+
+
+def test_train_records_the_run_in_the_store_unless_told_not_to(capsys):
+    code, out, err = run_cli(capsys, "train", "--preset", PRESET, "--set", "train.steps=20", "--json")
+    assert code == 0, err
+    run_id = json.loads(out)["run_id"]
+    code, out, err = run_cli(capsys, "runs", "show", run_id[:8], "--json")
+    assert code == 0 and json.loads(out)["status"] == "finished" and len(json.loads(out)["history"]) == 3
+    code, out, _ = run_cli(capsys, "train", "--preset", PRESET, "--set", "train.steps=20", "--json", "--no-record")
+    assert "run_id" not in json.loads(out)
+    code, out, _ = run_cli(capsys, "runs", "list", "--json")
+    assert [r["id"] for r in json.loads(out)] == [run_id]
+    assert_clean_error(*run_cli(capsys, "runs", "resume", run_id), "finished")

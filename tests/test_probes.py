@@ -200,6 +200,8 @@ def test_norms_match_a_hand_loop_over_a_cascaded_linear_net():
     np.testing.assert_allclose(result["relative_input_norm"], inputs / inputs[0], rtol=1e-5)
     assert result["relative_input_norm"][0] == 1.0
     np.testing.assert_allclose(result["output_norm"], torch.stack(outputs).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(result["relative_output_norm"], torch.stack(outputs).numpy() / outputs[0].item(),
+                               rtol=1e-5)
     np.testing.assert_allclose(result["output_std"], torch.stack(stds).numpy(), rtol=1e-5)
 
 

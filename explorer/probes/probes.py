@@ -129,7 +129,7 @@ def norms(model, inputs):
     """Forward hooks on every block of the stack(s) (all stages of a resnet-cifar).
 
     input_norm[j]: mean over examples of ||x||, x the (flattened) stream entering block j+1;
-    relative_input_norm = input_norm / input_norm[0]; output_norm: the same for the block's
+    relative_input_norm = input_norm / input_norm[0]; output_norm and relative_output_norm: the same for the block's
     output; output_std: the standard deviation of all entries of the block's output.
     """
     blocks = [block for stack in stacks(model) for block in stack.blocks]
@@ -152,8 +152,10 @@ def norms(model, inputs):
     if any(s is None for s in stats):
         raise AssertionError("some blocks were not run by the forward pass")
     input_norm = torch.stack([s[0] for s in stats])
+    output_norm = torch.stack([s[1] for s in stats])
     return {"input_norm": input_norm, "relative_input_norm": input_norm / input_norm[0],
-            "output_norm": torch.stack([s[1] for s in stats]), "output_std": torch.stack([s[2] for s in stats])}
+            "output_norm": output_norm, "relative_output_norm": output_norm / output_norm[0],
+            "output_std": torch.stack([s[2] for s in stats])}
 
 
 # --------------------------------------------------------------------------------------

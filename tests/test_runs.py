@@ -1,0 +1,542 @@
+"""The run store (explorer.runs) and `explorer runs ...`: round trips, export, migration, concurrency, kill -9.
+
+Every test works in a store under pytest's tmp_path (EXPLORER_HOME is pointed there for all of them).
+"""
+
+import csv
+import json
+import multiprocessing
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import explorer
+from explorer import runs
+from explorer.cli import main
+from explorer.runs import RunStore, StoreError, StoreRecorder, UnknownRun
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    """Point EXPLORER_HOME at a fresh directory, so no test ever touches the user's store."""
+    path = tmp_path / "home"
+    monkeypatch.setenv("EXPLORER_HOME", str(path))
+    return path
+
+
+@pytest.fixture
+def store(home):
+    with RunStore() as s:
+        yield s
+
+
+def tiny_spec(steps=20):
+    return explorer.preset("ancre-fig2b-0:2").with_values({"train.steps": steps, "train.log_every": 5})
+
+
+def strict_json(text):
+    """json.loads that refuses NaN/Infinity (which are not JSON)."""
+    def refuse(name):
+        raise ValueError(f"non-standard JSON constant {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+# ---- recording a real run ---------------------------------------------------------------------------
+
+def test_recorded_training_round_trips(store, home):
+    spec = tiny_spec()
+    recorder = StoreRecorder(store, label="tiny", checkpoint_every=10)
+    run = explorer.train(spec, callbacks=[recorder], probes={"norms": {}}, probe_every=10)
+    assert default_is(store, home)
+
+    record = store.get(recorder.run_id)
+    assert record["id"] == recorder.run_id and len(record["id"]) == 32
+    assert record["history"] == run.history
+    assert record["status"] == run.status == "finished"
+    assert record["steps_done"] == 20 and record["diverged_at"] is None
+    assert record["wall_time"] == pytest.approx(run.wall_time)
+    assert record["final"] == run.final
+    assert record["label"] == "tiny"
+    assert explorer.ExperimentSpec.from_dict(record["spec"]).to_dict() == spec.to_dict()
+    assert store.spec(recorder.run_id).to_json() == spec.to_json()
+    env = record["environment"]
+    assert env["torch"] == torch.__version__ and env["device"] == run.device and env["hostname"] and env["python"]
+
+    # probe results: same steps, names and arrays as the run kept in memory
+    assert [(p["step"], p["name"]) for p in record["probes"]] == [(p["step"], p["name"]) for p in run.probe_history]
+    for stored, live in zip(record["probes"], run.probe_history):
+        assert stored["result"].keys() == live["result"].keys()
+        for key, value in live["result"].items():
+            np.testing.assert_allclose(stored["result"][key], value)
+            assert stored["result"][key].shape == np.asarray(value).shape
+
+    # the final checkpoint loads with weights_only=True into a fresh model built from the stored spec
+    path = store.checkpoint_path(recorder.run_id)
+    assert record["checkpoint"] == str(path)
+    raw = torch.load(path, weights_only=True)
+    assert raw["step"] == 20
+    state = store.load_checkpoint(recorder.run_id[:8])
+    model, data = explorer.build(store.spec(recorder.run_id), device="cpu")
+    fresh_out = model(data.x_val).detach()
+    model.load_state_dict(state["model"])
+    run.model.eval(), model.eval()
+    with torch.no_grad():
+        expected = run.model.cpu()(data.x_val)
+        assert not torch.allclose(fresh_out, expected)  # training moved the weights: the test can fail
+        torch.testing.assert_close(model(data.x_val), expected)
+
+
+def default_is(store, home):
+    """default_store() is the store in EXPLORER_HOME."""
+    return runs.default_store().root == home == store.root
+
+
+def test_stopped_run_keeps_its_unannounced_last_row(store):
+    """A stopped run logs its last step without an event; the recorder picks it up at "end"."""
+    stop, train_forwards = threading.Event(), []
+
+    def count(module, inputs, output):
+        if module.training:
+            train_forwards.append(1)
+            if len(train_forwards) == 7:  # step 6, between the logged steps 5 and 10
+                stop.set()
+
+    def stopper(event):
+        if event.kind == "start":
+            event.run.model.register_forward_hook(count)
+
+    recorder = StoreRecorder(store)
+    run = explorer.train(tiny_spec(), callbacks=[stopper, recorder], stop=stop)
+    assert run.status == "stopped" and run.history[-1]["step"] == 6
+    record = store.get(recorder.run_id)
+    assert record["status"] == "stopped" and record["history"] == run.history
+    assert store.load_checkpoint(recorder.run_id)["step"] == run.steps_done
+
+
+def test_checkpoint_with_optimizer_and_rng_loads_weights_only(store):
+    model = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    optimizer.step()
+    gen = torch.Generator().manual_seed(3)
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": 7, "lr": 0.5,
+             "rng": gen.get_state(), "nested": {"a": [1, 2.5, None, "x"]}}
+    run_id = store.create({"model": {"name": "mlp"}})
+    assert store.load_checkpoint(run_id) is None
+    store.save_checkpoint(run_id, state)
+    loaded = torch.load(store.checkpoint_path(run_id), weights_only=True)
+    assert loaded["step"] == 7 and loaded["nested"] == {"a": [1, 2.5, None, "x"]}
+    torch.testing.assert_close(loaded["rng"], gen.get_state())
+    fresh = torch.optim.Adam(torch.nn.Linear(3, 2).parameters())
+    fresh.load_state_dict(loaded["optimizer"])
+    assert fresh.state_dict()["state"][0]["step"] == 1
+    assert not list(store.checkpoint_dir.glob("*.tmp")) and not list(store.checkpoint_dir.glob(".*"))
+
+    with pytest.raises(TypeError, match=r"state\['bad'\]"):
+        store.save_checkpoint(run_id, {"bad": object()})
+    with pytest.raises(UnknownRun):
+        store.save_checkpoint("0" * 32, {"step": 1})
+
+
+# ---- encoding, lookup, listing ---------------------------------------------------------------------
+
+def test_probe_arrays_are_json_with_nulls_not_pickles(store):
+    run_id = store.create({})
+    result = {"f": np.array([[1.0, np.nan], [np.inf, -2.0]]), "i": np.arange(3, dtype=np.int64),
+              "scalar": np.float32(1.5), "zero_d": np.array(2.0), "empty": np.zeros((0, 4)),
+              "tensor": torch.tensor([1.0, float("-inf")]), "c": np.array([1 + 2j])}
+    store.append_probes(run_id, 5, "mine", result)
+    store.append_history(run_id, [{"step": 0, "loss": float("nan"), "n": 3}])
+
+    raw = sqlite3.connect(store.db_path).execute("SELECT result FROM probes").fetchone()[0]
+    stored = strict_json(raw)  # strict JSON: no NaN/Infinity tokens, no pickles
+    assert stored["f"]["__ndarray__"] == [[1.0, None], [None, -2.0]]
+    got = store.get(run_id)["probes"][0]["result"]
+    np.testing.assert_array_equal(got["f"], [[1.0, np.nan], [np.nan, -2.0]])
+    assert got["i"].dtype == np.int64 and got["i"].tolist() == [0, 1, 2]
+    assert got["scalar"] == 1.5 and got["zero_d"].shape == () and got["zero_d"] == 2.0
+    assert got["empty"].shape == (0, 4)
+    np.testing.assert_array_equal(got["tensor"], [1.0, np.nan])
+    assert got["c"].dtype.kind == "c" and got["c"][0] == 1 + 2j
+    assert store.get(run_id)["history"] == [{"step": 0, "loss": None, "n": 3}]
+    with pytest.raises(TypeError, match="cannot store"):
+        store.append_probes(run_id, 6, "bad", {"x": object()})
+
+
+def test_lookup_by_unique_prefix_and_clean_errors(store):
+    ids = [store.create({}, label=str(i)) for i in range(17)]  # 17 ids: two share a first hex digit
+    for run_id in ids:
+        assert store.resolve(run_id[:10]) == run_id
+        assert store.get(run_id[:10].upper())["id"] == run_id
+    first = [i[0] for i in ids]
+    shared = next(c for c in first if first.count(c) > 1)
+    with pytest.raises(UnknownRun, match="matches several runs"):
+        store.get(shared)
+    with pytest.raises(UnknownRun, match="explorer runs list"):
+        store.get("zz")
+    with pytest.raises(UnknownRun):
+        store.get("%")  # no LIKE wildcards
+    with pytest.raises(UnknownRun):
+        store.append_history("f" * 32, [{"step": 0}])
+    with pytest.raises(UnknownRun):
+        store.append_probes("f" * 32, 0, "x", {})
+    with pytest.raises(UnknownRun):
+        store.set_status("f" * 32, "finished")
+    with pytest.raises(TypeError, match="unknown fields"):
+        store.set_status(ids[0], "finished", colour="red")
+    with pytest.raises(ValueError, match="step"):
+        store.append_history(ids[0], [{"loss": 1.0}])
+
+
+def test_list_is_newest_first_filters_and_omits_history(store):
+    ids = [store.create({"train": {"seed": i}}, label=f"r{i}") for i in range(4)]
+    store.append_history(ids[1], [{"step": s, "loss": 1.0} for s in range(3)])
+    store.set_status(ids[1], "finished", steps_done=2, final={"step": 2, "loss": 1.0})
+    store.set_status(ids[2], "diverged", diverged_at=3)
+    listed = store.list()
+    assert [r["id"] for r in listed] == ids[::-1]
+    assert all("history" not in r for r in listed)
+    assert listed[2]["history_rows"] == 3 and listed[2]["final"] == {"step": 2, "loss": 1.0}
+    assert [r["id"] for r in store.list(status="finished")] == [ids[1]]
+    assert [r["id"] for r in store.list(limit=2)] == [ids[3], ids[2]]
+    assert store.list(status="diverged")[0]["diverged_at"] == 3
+    assert store.list(label="r0")[0]["spec"] == {"train": {"seed": 0}}
+
+
+# ---- export and delete ------------------------------------------------------------------------------
+
+def test_export_csv_and_json(store, tmp_path):
+    run_id = store.create({"model": {"name": "mlp"}}, label="exp")
+    rows = [{"step": 0, "loss": 2.0, "time": 0.1}, {"step": 5, "loss": float("inf"), "time": 0.2},
+            {"step": 10, "loss": 1.0, "time": 0.3, "val_loss": 1.5}]
+    store.append_history(run_id, rows[1:])
+    store.append_history(run_id, rows[:1])  # out of order: stored and exported by step
+    store.append_probes(run_id, 10, "norms", {"x": np.array([1.0, np.nan])})
+    store.set_status(run_id, "finished", steps_done=10, final=rows[-1])
+
+    with open(store.export(run_id[:6], tmp_path / "h.csv"), newline="") as f:
+        table = list(csv.reader(f))
+    assert table == [["step", "loss", "time", "val_loss"], ["0", "2.0", "0.1", ""], ["5", "", "0.2", ""],
+                     ["10", "1.0", "0.3", "1.5"]]
+
+    data = strict_json(store.export(run_id, tmp_path / "all.json").read_text())
+    assert data["id"] == run_id and data["label"] == "exp" and data["status"] == "finished"
+    assert data["spec"] == {"model": {"name": "mlp"}}
+    assert [r["step"] for r in data["history"]] == [0, 5, 10] and data["history"][1]["loss"] is None
+    assert data["probes"] == [{"step": 10, "name": "norms",
+                               "result": {"x": {"__ndarray__": [1.0, None], "dtype": "float64", "shape": [2]}}}]
+    assert runs.decode(data["probes"])[0]["result"]["x"].shape == (2,)
+
+    with pytest.raises(explorer.SpecError, match=r"\.json or \.csv"):
+        store.export(run_id, tmp_path / "h.txt")
+    assert not (tmp_path / "h.txt").exists()
+
+
+def test_delete_removes_rows_and_checkpoint(store):
+    keep, gone = store.create({}), store.create({})
+    for run_id in (keep, gone):
+        store.append_history(run_id, [{"step": 0, "loss": 1.0}])
+        store.append_probes(run_id, 0, "p", {"a": np.ones(2)})
+        store.save_checkpoint(run_id, {"step": 0, "w": torch.ones(2)})
+    path = store.checkpoint_path(gone)
+    assert path.exists()
+    assert store.delete(gone[:12]) == gone
+    assert not path.exists()
+    with pytest.raises(UnknownRun):
+        store.get(gone)
+    db = sqlite3.connect(store.db_path)
+    for table in ("history", "probes"):
+        assert db.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", (gone,)).fetchone()[0] == 0
+        assert db.execute(f"SELECT count(*) FROM {table} WHERE run_id = ?", (keep,)).fetchone()[0] == 1
+    assert store.checkpoint_path(keep).exists() and [r["id"] for r in store.list()] == [keep]
+
+
+# ---- schema migrations ------------------------------------------------------------------------------
+
+def test_migrations_bring_an_old_store_forward(home, monkeypatch):
+    old = RunStore(home)
+    assert old.version == runs.schema_version() == 1
+    run_id = old.create({"train": {"steps": 3}}, label="old")
+    old.append_history(run_id, [{"step": 0, "loss": 1.0}])
+    old.close()
+
+    def v2(conn):
+        conn.execute("ALTER TABLE runs ADD COLUMN notes TEXT DEFAULT 'none'")
+        conn.execute("CREATE TABLE tags (run_id TEXT NOT NULL, tag TEXT NOT NULL)")
+
+    monkeypatch.setattr(runs, "MIGRATIONS", [*runs.MIGRATIONS, v2])
+    new = RunStore(home)
+    assert new.version == 2
+    db = sqlite3.connect(new.db_path)
+    assert "notes" in [row[1] for row in db.execute("PRAGMA table_info(runs)")]
+    assert db.execute("SELECT count(*) FROM tags").fetchone()[0] == 0
+    record = new.get(run_id)
+    assert record["label"] == "old" and record["notes"] == "none" and record["history"] == [{"step": 0, "loss": 1.0}]
+    assert RunStore(home).version == 2  # reopening applies nothing twice
+
+
+def test_version_zero_database_failed_migration_and_newer_schema(tmp_path, monkeypatch):
+    # version 0: an sqlite file without our tables (e.g. left by an interrupted first open)
+    root = tmp_path / "v0"
+    root.mkdir()
+    sqlite3.connect(root / "runs.sqlite").execute("CREATE TABLE unrelated (x)").connection.commit()
+    store = RunStore(root)
+    assert store.version == 1 and store.list() == []
+    assert sqlite3.connect(store.db_path).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+    # a migration that fails is rolled back whole: the version and the schema stay as they were
+    def broken(conn):
+        conn.execute("CREATE TABLE half_done (x)")
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(runs, "MIGRATIONS", [*runs.MIGRATIONS, broken])
+    with pytest.raises(RuntimeError, match="boom"):
+        RunStore(root)
+    monkeypatch.undo()
+    db = sqlite3.connect(root / "runs.sqlite")
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == "1"
+    assert not db.execute("SELECT name FROM sqlite_master WHERE name = 'half_done'").fetchall()
+
+    # a store written by a newer explorer is refused, not damaged
+    db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    db.commit()
+    with pytest.raises(StoreError, match="newer"):
+        RunStore(root)
+
+
+# ---- concurrency and crashes ------------------------------------------------------------------------
+
+def _write_runs(root, worker, n_runs, n_rows):
+    """One writer process: n_runs runs of n_rows history rows each, row by row (one transaction each)."""
+    store = RunStore(root)
+    for i in range(n_runs):
+        run_id = store.create({"train": {"seed": i}}, label=f"w{worker}", status="running")
+        for step in range(n_rows):
+            store.append_history(run_id, [{"step": step, "loss": float(worker * 1000 + i)}])
+        store.set_status(run_id, "finished", steps_done=n_rows - 1)
+
+
+def test_many_processes_write_at_once(tmp_path):
+    """4 processes create (and migrate) one fresh store at once, then record 20 runs of 10 rows each."""
+    root = tmp_path / "shared"
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    ctx = multiprocessing.get_context(method)
+    procs = [ctx.Process(target=_write_runs, args=(root, w, 20, 10)) for w in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    store = RunStore(root)
+    assert store.version == runs.schema_version()
+    listed = store.list()
+    assert len(listed) == 80 and all(r["status"] == "finished" for r in listed)
+    assert sorted(r["label"] for r in listed) == sorted(f"w{w}" for w in range(4) for _ in range(20))
+    for r in listed:
+        history = store.get(r["id"])["history"]
+        assert [row["step"] for row in history] == list(range(10))
+        assert len({row["loss"] for row in history}) == 1
+    assert store.integrity_check() == "ok"
+
+
+def test_threads_share_one_store_object(store):
+    """sqlite3 connections cannot cross threads; the store opens one per thread."""
+    errors = []
+
+    def work(worker):
+        try:
+            _write_runs_with(store, worker)
+        except Exception as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(store.list()) == 20 and all(r["history_rows"] == 5 for r in store.list())
+
+
+def _write_runs_with(store, worker):
+    for i in range(5):
+        run_id = store.create({}, label=f"t{worker}")
+        store.append_history(run_id, [{"step": s} for s in range(5)])
+        store.set_status(run_id, "finished")
+
+
+KILLED_WRITER = textwrap.dedent("""
+    import sys
+    import torch
+    from explorer.runs import RunStore
+
+    store = RunStore(sys.argv[1])
+    i = 0
+    while True:
+        run_id = store.create({"train": {"seed": i}}, label="victim", status="running")
+        for step in range(10):
+            store.append_history(run_id, [{"step": step, "loss": float(i)}])
+        store.append_probes(run_id, 9, "p", {"a": [float(i)] * 50})
+        store.save_checkpoint(run_id, {"step": i, "w": torch.full((100,), float(i))})
+        store.set_status(run_id, "finished", steps_done=9)
+        print(run_id, flush=True)
+        i += 1
+""")
+
+
+def test_kill_9_leaves_finished_runs_intact(store):
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(store.root)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    finished = []
+    try:
+        while len(finished) < 8:
+            line = proc.stdout.readline()
+            assert line, f"writer died early: {proc.stderr.read()}"
+            finished.append(line.strip())
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    assert proc.returncode == -signal.SIGKILL
+
+    fresh = RunStore(store.root)
+    assert fresh.integrity_check() == "ok"
+    for i, run_id in enumerate(finished):
+        record = fresh.get(run_id)
+        assert record["status"] == "finished" and record["spec"] == {"train": {"seed": i}}
+        assert record["history"] == [{"step": s, "loss": float(i)} for s in range(10)]
+        assert record["probes"][0]["result"]["a"] == [float(i)] * 50
+        assert fresh.load_checkpoint(run_id)["step"] == i
+    # at most one run was cut short, and it is still readable
+    assert len(fresh.list()) - len(finished) <= 1
+    for record in fresh.list(status="running"):
+        assert len(fresh.get(record["id"])["history"]) <= 10
+    fresh.create({})  # and still writable
+
+
+# ---- the command line ---------------------------------------------------------------------------------
+
+def test_cli_runs_list_show_export_delete(store, tmp_path, capsys):
+    assert main(["runs", "list"]) == 0
+    assert "no runs" in capsys.readouterr().out
+
+    recorder = StoreRecorder(runs.default_store(), label="cli-run")
+    run = explorer.train(tiny_spec(10), callbacks=[recorder])
+    other = store.create({}, label="other")
+    store.set_status(other, "diverged", diverged_at=3)
+    run_id = recorder.run_id
+
+    assert main(["runs", "list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and out[0].startswith(other[:12]) and "cli-run" in out[1] and "finished" in out[1]
+    assert main(["runs", "list", "--status", "finished", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in listed] == [run_id]
+
+    assert main(["runs", "show", run_id[:8]]) == 0
+    text = capsys.readouterr().out
+    assert run_id in text and "finished" in text and "cli-run" in text and "model=linear" in text
+    assert main(["runs", "show", run_id, "--json"]) == 0
+    shown = strict_json(capsys.readouterr().out)
+    assert shown["history"] == run.history and shown["spec"] == run.spec.to_dict()
+
+    csv_path = tmp_path / "out.csv"
+    assert main(["runs", "export", run_id[:8], str(csv_path)]) == 0
+    assert str(csv_path) in capsys.readouterr().out
+    assert [int(r["step"]) for r in csv.DictReader(csv_path.open())] == [row["step"] for row in run.history]
+    assert main(["runs", "export", run_id, str(tmp_path / "out.json")]) == 0
+    assert strict_json((tmp_path / "out.json").read_text())["id"] == run_id
+
+    checkpoint = store.checkpoint_path(run_id)
+    assert checkpoint.exists()
+    assert main(["runs", "delete", run_id[:8]]) == 0
+    assert run_id in capsys.readouterr().out and not checkpoint.exists()
+    assert [r["id"] for r in store.list()] == [other]
+
+
+@pytest.mark.parametrize("argv", [["runs", "show", "deadbeef"], ["runs", "delete", "deadbeef"],
+                                  ["runs", "export", "deadbeef", "x.json"], ["runs", "show", "deadbeef", "--json"]])
+def test_cli_unknown_id_is_a_clean_error(store, argv, capsys):
+    store.create({})
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("error: ") and "'deadbeef'" in captured.err and "explorer runs list" in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_cli_export_bad_extension(store, tmp_path, capsys):
+    run_id = store.create({})
+    assert main(["runs", "export", run_id, str(tmp_path / "x.parquet")]) == 2
+    assert ".json or .csv" in capsys.readouterr().err
+
+
+# ---- resume -----------------------------------------------------------------------------------------
+
+RESUME_SPECS = {
+    "adam-cosine": {"data": {"name": "spirals", "n_train": 96, "n_val": 32},
+                    "model": {"name": "mlp", "depth": 3, "width": 16},
+                    "optim": {"name": "adam", "lr": 0.01, "schedule": "cosine", "warmup_steps": 5},
+                    "train": {"steps": 30, "batch_size": 20, "log_every": 5, "seed": 3}},
+    "sgd-momentum-ancre": {"data": {"name": "digits"}, "model": {"name": "mlp-resnet", "depth": 5, "width": 16},
+                           "topology": {"name": "ancre"}, "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+                           "train": {"steps": 30, "batch_size": 64, "log_every": 5, "seed": 1}},
+}
+
+
+def _losses(history):
+    return [(row["step"], row["loss"], row.get("val_loss")) for row in history]
+
+
+@pytest.mark.parametrize("name", list(RESUME_SPECS))
+def test_a_stopped_run_resumes_to_the_same_result_as_an_uninterrupted_one(store, name):
+    spec = explorer.ExperimentSpec.from_dict(RESUME_SPECS[name])
+    whole = explorer.train(spec)
+    stop = threading.Event()
+    recorder = StoreRecorder(store)
+    stopped = explorer.train(spec, callbacks=[recorder, lambda e: e.kind == "log" and e.step == 10 and stop.set()],
+                             stop=stop)
+    assert stopped.status == "stopped" and stopped.steps_done < 30
+    resumed = runs.resume(recorder.run_id, store)
+    assert resumed.status == "finished"
+    assert _losses(resumed.history) == _losses(whole.history)
+    for (key, a), b in zip(whole.model.state_dict().items(), resumed.model.state_dict().values()):
+        assert torch.equal(a, b), key
+    stored = store.get(recorder.run_id)
+    assert stored["status"] == "finished" and _losses(stored["history"]) == _losses(whole.history)
+
+
+def test_a_run_killed_mid_way_resumes_from_its_last_periodic_checkpoint(store):
+    spec = explorer.ExperimentSpec.from_dict(RESUME_SPECS["adam-cosine"])
+    whole = explorer.train(spec)
+
+    def crash(event):
+        if event.kind == "log" and event.step == 15:
+            raise RuntimeError("the machine went away")
+
+    recorder = StoreRecorder(store, checkpoint_every=10)
+    with pytest.raises(RuntimeError):
+        explorer.train(spec, callbacks=[recorder, crash])
+    assert store.get(recorder.run_id)["status"] == "running"  # interrupted: never marked finished
+    assert store.load_checkpoint(recorder.run_id)["step"] == 10
+    resumed = runs.resume(recorder.run_id, store)
+    assert _losses(resumed.history) == _losses(whole.history)
+
+
+def test_finished_or_diverged_runs_do_not_resume(store):
+    recorder = StoreRecorder(store)
+    explorer.train(tiny_spec(), callbacks=[recorder])
+    with pytest.raises(explorer.SpecError) as err:
+        runs.resume(recorder.run_id, store)
+    assert "finished" in str(err.value)
