@@ -44,6 +44,22 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--inputs", type=int, default=64, metavar="N", help="validation examples to probe with (default 64)")
     probe.add_argument("--json", action="store_true", help="print the result arrays as JSON")
 
+    sweep = sub.add_parser("sweep", help="run a grid of values x seeds on local cores or Ray; every trial is recorded")
+    source = sweep.add_mutually_exclusive_group(required=True)
+    source.add_argument("--preset", help="a preset name (see `explorer presets`)")
+    source.add_argument("--spec", type=Path, help="a spec JSON file")
+    sweep.add_argument("--set", dest="changes", action="append", default=[], metavar="PATH=VALUE",
+                       help="change a value of the base spec (repeatable)")
+    sweep.add_argument("--grid", action="append", default=[], metavar="PATH=V1,V2,...",
+                       help="values to sweep, e.g. --grid model.depth=10,30 (repeatable: the product is run)")
+    sweep.add_argument("--seeds", type=int, default=1, help="seeds per grid point (train.seed, +1, ...)")
+    sweep.add_argument("--backend", choices=("local", "ray"), default="local",
+                       help="local process pool, or Ray (the cluster at RAY_ADDRESS, else a local Ray)")
+    sweep.add_argument("--workers", type=int, help="parallel trials (default: one per core)")
+    sweep.add_argument("--batched", action="store_true", help="train the seeds of each grid point as one stacked model")
+    sweep.add_argument("--label", default="", help="a label prefix for the recorded trials")
+    sweep.add_argument("--json", action="store_true", help="print the list of trial summaries as JSON")
+
     sub.add_parser("presets", help="list the presets")
     lister = sub.add_parser("list", help="list a registry's names")
     lister.add_argument("kind", choices=KINDS)
@@ -208,6 +224,31 @@ def _list(kind: str, as_json: bool) -> int:
     return 0
 
 
+def _sweep(args) -> int:
+    from explorer.sweeps import parse_grid, sweep
+
+    spec = load_spec(args.preset, args.spec, args.changes)
+    label = args.label or args.preset or ""
+    try:
+        rows = sweep(spec, parse_grid(args.grid), seeds=args.seeds, backend=args.backend, workers=args.workers,
+                     batched=args.batched, label=label, progress=not args.json)
+    except KeyboardInterrupt:
+        print("interrupted: the trials finished so far are in the run store (explorer runs list)", file=sys.stderr)
+        return 130
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    width = max((len(r["label"]) for r in rows), default=0)
+    for r in rows:
+        if r["status"] == "failed":
+            print(f"{r['run_id'][:12]}  {r['label']:<{width}}  failed: {r['error']}")
+            continue
+        status = r["status"] + (f" at step {r['diverged_at']}" if r.get("diverged_at") is not None else "")
+        loss = r.get("final_val_loss")
+        print(f"{r['run_id'][:12]}  {r['label']:<{width}}  {status:<20} val loss {'-' if loss is None else f'{loss:.4g}'}")
+    return 0
+
+
 def _runs(args) -> int:
     """`explorer runs list|show|export|delete`: the run store in EXPLORER_HOME (see explorer.runs)."""
     import datetime
@@ -277,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             return _probe(args)
         if args.command == "runs":
             return _runs(args)
+        if args.command == "sweep":
+            return _sweep(args)
         if args.command == "presets":
             return _list("presets", False)
         return _list(args.kind, args.json)

@@ -111,6 +111,14 @@ def build(spec: ExperimentSpec, device: str | torch.device | None = None) -> tup
     return model.to(target), data.to(target)
 
 
+def flush_denormals(model: nn.Module) -> None:
+    """On CPU, flush denormal floats to zero: the vanishing gradients of a saturated or diverging network
+    are denormals, which x86 CPUs handle about 30x slower (seen: 2 s vs 0.06 s per step). Process-wide."""
+    first = next(model.parameters(), None)
+    if first is None or first.device.type == "cpu":
+        torch.set_flush_denormal(True)
+
+
 def loss_function(task: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """Cross-entropy for classification and for next-token prediction (averaged over every position);
     0.5 * squared error summed over outputs, averaged over examples, for regression."""
@@ -222,6 +230,7 @@ def train(
     """
     callbacks = list(callbacks or [])
     model, data = build(spec)
+    flush_denormals(model)
     live = _LiveProbes(probes, probe_every, data, probe_inputs) if probes else None
     device = next(model.parameters()).device
     cfg = spec.train

@@ -1,0 +1,269 @@
+"""Train several same-shaped specs as one stacked model (seeds, learning rates, tau values, inits...).
+
+Every member is built exactly as `explorer.train.build` builds it (same weights per seed), then
+the members' parameters are stacked (`torch.func.stack_module_state`) and one functional forward
+(`torch.func.functional_call`) is vmapped over members, each reading its own mini-batch from its
+own `_Batches` sampler (seeded like its separate run). The per-member losses are summed for one
+backward, so each member's slice of the stacked gradient is its own run's gradient.
+
+The update is each member's own torch optimizer and LR schedule (`build_optimizer` on the
+member's module), whose parameters are views into the stacked leaves: any optimizer the trainer
+supports gives the same update as a separate run, with no re-implementation to drift from it.
+Logging, validation, divergence detection (pinned to the exact step) and the history rows follow
+`explorer.train.train` member by member, so `train_batched(specs)[i]` reads like `train(specs[i])`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+from torch import nn
+from torch.func import functional_call, stack_module_state, vmap
+
+from explorer.optim import build_optimizer, is_full_batch
+from explorer.registry import SpecError
+from explorer.spec import SECTIONS, ExperimentSpec
+from explorer.topology import Chain
+from explorer.train import Event, Run, StopTraining, _Batches, build, evaluate, flush_denormals, loss_function
+
+# Fields every member must share: they set tensor shapes, the data, or the step/log cadence.
+SHARED_FIELDS = ("train.steps", "train.batch_size", "train.log_every", "train.device")
+SHARED_SECTIONS = ("data", "model")
+
+
+def _fields(spec: ExperimentSpec) -> dict[str, Any]:
+    """{"section.param": value} for every value of a spec (names included)."""
+    flat = {}
+    for section in SECTIONS:
+        for key, value in getattr(spec, section).to_dict().items():
+            flat[f"{section}.{key}"] = value
+    return flat
+
+
+def _differing(specs: list[ExperimentSpec]) -> list[str]:
+    """Spec fields whose value is not the same in every member, in spec order."""
+    flat = [_fields(s) for s in specs]
+    return [path for path in flat[0] if any(f.get(path) != flat[0][path] for f in flat[1:])]
+
+
+def _refuse(field: str, specs: list[ExperimentSpec], why: str) -> SpecError:
+    values = sorted({repr(s.get(field)) for s in specs}) if field.count(".") == 1 and field != "spec" else []
+    shown = f" (values {', '.join(values)})" if values else ""
+    return SpecError(field, f"differs across the batched specs{shown}: {why}; batched training needs identical "
+                            f"shapes, so every member must share it")
+
+
+def _check_specs(specs: list[ExperimentSpec]) -> None:
+    """Refuse, before building anything, specs whose shapes or cadence cannot be shared."""
+    differing = _differing(specs)
+    for path in differing:
+        if path in SHARED_FIELDS or path.split(".")[0] in SHARED_SECTIONS or path == "topology.name":
+            raise _refuse(path, specs, "it changes the data, the model's structure or the step/log cadence")
+    if len({is_full_batch(s.optim) for s in specs}) > 1:
+        raise _refuse("optim.name", specs, "full-batch and mini-batch optimizers draw different batch shapes")
+
+
+def _constants(module: nn.Module) -> dict[str, Any]:
+    """A module's plain (non-tensor, non-module) public attributes: values baked into its forward."""
+    return {k: v for k, v in vars(module).items()
+            if not k.startswith("_") and k != "training" and not isinstance(v, (torch.Tensor, nn.Module))}
+
+
+def _structure_field(specs: list[ExperimentSpec]) -> str:
+    """The spec field to blame for a structural difference: the first differing non-train, non-optim field."""
+    candidates = [p for p in _differing(specs) if p.split(".")[0] in ("data", "model", "topology", "init")]
+    return candidates[0] if candidates else "spec"
+
+
+def _check_models(specs: list[ExperimentSpec], models: list[nn.Module]) -> list[str]:
+    """Refuse members whose modules differ in structure; return the Chain paths whose (fixed) scale differs.
+
+    Parameters, buffers and module types must match; plain constants must match too, except the
+    fixed tau of a Chain topology, which the stacked forward reads per member from a buffer.
+    """
+    first = models[0]
+    for model in models[1:]:
+        same = ([(n, type(m)) for n, m in first.named_modules()] == [(n, type(m)) for n, m in model.named_modules()]
+                and [(n, p.shape, p.dtype) for n, p in first.named_parameters()]
+                == [(n, p.shape, p.dtype) for n, p in model.named_parameters()]
+                and [(n, b.shape, b.dtype) for n, b in first.named_buffers()]
+                == [(n, b.shape, b.dtype) for n, b in model.named_buffers()])
+        if not same:
+            raise _refuse(_structure_field(specs), specs, "the members' modules, parameters or buffers differ")
+    for name, module in first.named_modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            field = "model.norm" if "norm" in specs[0].model.params else "model.name"
+            raise SpecError(field, "batched training does not support BatchNorm (its running statistics are "
+                                   "updated in place during the forward pass); choose a model without BatchNorm")
+    scaled = []
+    for name, module in first.named_modules():
+        base = _constants(module)
+        others = [_constants(model.get_submodule(name)) for model in models[1:]]
+        keys = {k for other in others for k in set(base) | set(other) if not _same(base.get(k), other.get(k))}
+        if not keys:
+            continue
+        if isinstance(module, Chain) and keys == {"scale"}:
+            scaled.append(name)
+            continue
+        raise _refuse(_structure_field(specs), specs, f"it changes the constant(s) {', '.join(sorted(keys))} of module "
+                                                      f"{name or 'model'!r}, which the stacked forward cannot vary")
+    return scaled
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # values without a plain equality are treated as different
+        return a is b
+
+
+class _MemberScaleChain(Chain):
+    """A fixed-tau Chain whose tau is a (per-member, vmapped) buffer instead of a Python float."""
+
+    def run(self, x0, blocks, acts):
+        x, scale = x0, self.member_scale
+        for block, act in zip(blocks, acts):
+            y = block(x)
+            x = act((x + y) * scale) if self.after else act(torch.addcmul(x, scale, y))
+        return x
+
+
+def train_batched(
+    specs: list[ExperimentSpec],
+    callbacks: Iterable[Callable[[Event], Any]] | None = None,
+    stop: threading.Event | None = None,
+) -> list[Run]:
+    """Train same-shaped specs together as one vmapped model; one `Run` per spec, as `train(spec)` would give.
+
+    Members may differ in values that keep every tensor shape: train.seed, train.diverge_factor, the
+    optimizer and its parameters (within full-batch or mini-batch optimizers), init parameters, topology
+    values (e.g. tau). Data, model, topology name, steps, batch size, log cadence and device must match
+    (SpecError naming the field otherwise); BatchNorm models are refused. A member that diverges is marked
+    at the exact step and frozen at its next log, like its separate run; the others go on. Callbacks get
+    each member's events (with that member's Run); StopTraining from a callback, or `stop`, stops all.
+    """
+    specs = list(specs)
+    if not specs:
+        return []
+    _check_specs(specs)
+    callbacks = list(callbacks or [])
+    built = [build(spec) for spec in specs]
+    models = [model for model, _ in built]
+    flush_denormals(models[0])
+    scaled = _check_models(specs, models)
+    device = next(models[0].parameters()).device
+    cfg = specs[0].train
+    n = len(specs)
+
+    # The forward runs on a separate copy of the module (its tensors are swapped for stacked ones).
+    base = build(specs[0])[0]
+    stacked_buffers_extra = {}
+    for path in scaled:
+        chain = base.get_submodule(path)
+        chain.__class__ = _MemberScaleChain
+        chain.register_buffer("member_scale", torch.tensor(chain.scale, device=device))
+        stacked_buffers_extra[f"{path}.member_scale"] = torch.tensor(
+            [model.get_submodule(path).scale for model in models], device=device)
+    params, buffers = stack_module_state(models)
+    buffers.update(stacked_buffers_extra)
+    for name, leaf in params.items():  # tensor hooks (e.g. tau's gradient averaging) act on the stacked leaf
+        for hook in (models[0].get_parameter(name)._backward_hooks or {}).values():
+            leaf.register_hook(hook)
+    for i, model in enumerate(models):  # each member's own parameters become views into the stacked leaves
+        for name, p in model.named_parameters():
+            p.data = params[name].detach()[i]
+    optimizers = [build_optimizer(model, spec.optim, cfg.steps) for model, spec in zip(models, specs)]
+    loss_fn = loss_function(built[0][1].task)
+    batches = [_Batches(data, cfg.batch_size, is_full_batch(spec.optim), spec.train.seed + 1)
+               for spec, (_, data) in zip(specs, built)]
+    runs = [Run(spec, model, data, str(device)) for spec, (model, data) in zip(specs, built)]
+    losses = torch.full((n, cfg.steps + 1), float("nan"), device=device)
+    checked = [0] * n
+    active = [True] * n
+    start = time.perf_counter()
+
+    def member_loss(p, b, x, y):
+        return loss_fn(functional_call(base, (p, b), (x,)), y)
+
+    batched_loss = vmap(member_loss, in_dims=(0, 0, 0, 0))
+
+    def emit(kind: str, i: int, step: int, metrics: dict[str, float]) -> None:
+        event = Event(kind, step, metrics, runs[i])
+        for callback in callbacks:
+            callback(event)
+
+    def log(i: int, step: int, notify: bool = True) -> bool:
+        """Member i's log at `step`, as the trainer writes it; False when it has diverged by then."""
+        run, factor = runs[i], specs[i].train.diverge_factor
+        window = losses[i, checked[i]:step + 1].cpu()
+        first = float(losses[i, 0])
+        bad = ~torch.isfinite(window) | (window > factor * max(first, 1e-12))
+        if bool(bad.any()):
+            run.diverged_at = checked[i] + int(bad.nonzero()[0])
+            run.status = "diverged"
+        checked[i] = step + 1
+        row = {"step": step, "loss": float(losses[i, step]), "time": time.perf_counter() - start}
+        if run.status != "diverged":
+            row.update(evaluate(run.model, run.data, "val"))
+        run.history.append(row)
+        run.steps_done = step
+        run.wall_time = time.perf_counter() - start
+        if notify:
+            emit("log", i, step, row)
+        return run.status != "diverged"
+
+    for i in range(n):
+        emit("start", i, 0, {})
+    base.train()
+    for model in models:
+        model.train()
+    step = 0
+    try:
+        while True:
+            drawn = [next(b) for b in batches]
+            member_losses = batched_loss(params, buffers, torch.stack([x for x, _ in drawn]),
+                                         torch.stack([y for _, y in drawn]))
+            losses[:, step] = member_losses.detach()
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                for i in range(n):
+                    if active[i] and not log(i, step):
+                        active[i] = False  # diverged: frozen from here, as its separate run stops here
+            if step == cfg.steps:
+                for i in range(n):
+                    if active[i]:
+                        runs[i].status = "finished"
+                break
+            if not any(active):
+                break
+            if stop is not None and stop.is_set():
+                raise StopTraining
+            for leaf in params.values():
+                leaf.grad = None
+            member_losses.sum().backward()
+            for i, (model, (optimizer, schedule)) in enumerate(zip(models, optimizers)):
+                if not active[i]:
+                    continue
+                for name, p in model.named_parameters():
+                    p.grad = params[name].grad[i]
+                optimizer.step()
+                schedule.step()
+                optimizer.zero_grad(set_to_none=True)
+            step += 1
+    except StopTraining:
+        for i in range(n):
+            if runs[i].status == "running":
+                runs[i].status = "stopped"
+                if not runs[i].history or runs[i].history[-1]["step"] != step:
+                    log(i, step, notify=False)
+    wall = time.perf_counter() - start
+    for run, model in zip(runs, models):  # unstack: each member keeps its own copy of its weights
+        for p in model.parameters():
+            p.data = p.data.clone()
+        run.wall_time = wall if run.status != "diverged" else run.wall_time
+    for i, run in enumerate(runs):
+        emit("end", i, run.steps_done, run.final)
+    return runs

@@ -1,0 +1,224 @@
+"""Sweeps: a grid of spec values times seeds, run on local cores or on Ray, each trial recorded as it ends.
+
+    explorer.sweep("tau-fig1-1/sqrt(L)", grid={"model.depth": [10, 30]}, seeds=3)
+
+Trials run in worker processes (a spawn pool, one worker per core by default) or as Ray tasks
+(the cluster at RAY_ADDRESS, or a local Ray). Workers only train; the calling process writes
+every trial into the run store as soon as it returns, so the store needs no shared filesystem.
+A trial that fails is recorded as "failed" with its error and the others go on; a diverged
+trial is a result like any other. With `batched=True` the seeds of each grid point train as one
+stacked model (explorer.batched) in one worker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import traceback
+from collections.abc import Iterable
+from typing import Any
+
+from explorer.registry import SpecError
+from explorer.spec import ExperimentSpec
+
+BACKENDS = ("local", "ray")
+
+
+def trials(spec: ExperimentSpec, grid: dict[str, list] | None = None, seeds: int = 1) -> list[tuple[str, ExperimentSpec]]:
+    """(label, spec) for every grid point and seed: seeds train.seed, train.seed + 1, ... of the base spec."""
+    if seeds < 1:
+        raise SpecError("seeds", f"must be at least 1, got {seeds}")
+    grid = grid or {}
+    for path, values in grid.items():
+        if not isinstance(values, (list, tuple)) or not values:
+            raise SpecError(f"grid.{path}", "give a non-empty list of values, e.g. --grid model.depth=10,30")
+    out = []
+    for point in itertools.product(*grid.values()):
+        changes = dict(zip(grid, point))
+        base = spec.with_values(changes) if changes else spec
+        for k in range(seeds):
+            trial = base.with_values({"train.seed": spec.train.seed + k})
+            label = " ".join([f"{path}={value}" for path, value in changes.items()] + [f"seed={spec.train.seed + k}"])
+            out.append((label, trial))
+    return out
+
+
+def parse_grid(items: Iterable[str]) -> dict[str, list[str]]:
+    """["model.depth=10,30", ...] -> {"model.depth": ["10", "30"]} (values are coerced by the spec)."""
+    grid = {}
+    for item in items:
+        path, sep, values = item.partition("=")
+        if not sep or not values.strip():
+            raise SpecError("--grid", f"{item!r} is not PATH=V1,V2,...; write e.g. --grid model.depth=10,30")
+        grid[path.strip()] = [v.strip() for v in values.split(",")]
+    return grid
+
+
+def _run_group(specs: list[dict], batched: bool, threads: int) -> list[dict[str, Any]]:
+    """Worker: train one trial (or, batched, several seeds at once); never raises (errors are results)."""
+    import torch
+
+    from explorer.train import train
+
+    torch.set_num_threads(max(1, threads))
+    try:
+        parsed = [ExperimentSpec.from_dict(s) for s in specs]
+        if batched and len(parsed) > 1:
+            from explorer.batched import train_batched
+
+            runs = train_batched(parsed)
+        else:
+            runs = [train(s) for s in parsed]
+        return [{"status": r.status, "summary": r.summary(), "checkpoint": _cpu(_checkpoint_of(r))} for r in runs]
+    except Exception as error:  # noqa: BLE001  (a failed trial is recorded, the sweep goes on)
+        message = f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=4)}"
+        return [{"status": "failed", "error": message} for _ in specs]
+
+
+def _checkpoint_of(run) -> dict:
+    """The full training state where the trainer kept it; else (batched members) the weights and step."""
+    try:
+        return run.checkpoint()
+    except RuntimeError:
+        return {"model": run.model.state_dict(), "step": run.steps_done}
+
+
+def _cpu(state):
+    """A checkpoint with every tensor on the CPU (it crosses a process boundary and lands in the store)."""
+    import torch
+
+    if isinstance(state, torch.Tensor):
+        return state.cpu()
+    if isinstance(state, dict):
+        return {k: _cpu(v) for k, v in state.items()}
+    if isinstance(state, (list, tuple)):
+        return type(state)(_cpu(v) for v in state)
+    return state
+
+
+def _record(store, label: str, spec: ExperimentSpec, sweep_label: str, outcome: dict) -> dict[str, Any]:
+    """Write one finished trial into the store; its summary row for the caller."""
+    from explorer.runs import environment
+
+    run_id = store.create(spec, f"{sweep_label} {label}".strip(), status="running")
+    if outcome["status"] == "failed":
+        store.set_status(run_id, "failed", final={"error": outcome["error"]})
+        return {"run_id": run_id, "label": label, "status": "failed", "error": outcome["error"].splitlines()[0],
+                "spec": spec.to_dict()}
+    summary = outcome["summary"]
+    store.append_history(run_id, summary["history"])
+    store.save_checkpoint(run_id, outcome["checkpoint"])
+    store.set_status(run_id, summary["status"], steps_done=summary["steps"], diverged_at=summary["diverged_at"],
+                     wall_time=summary["wall_time"], final=summary["history"][-1] if summary["history"] else {},
+                     environment=environment(summary["device"]))
+    row = {k: v for k, v in summary.items() if k != "history"}
+    return {"run_id": run_id, "label": label, **row}
+
+
+def _groups(items: list[tuple[str, ExperimentSpec]], seeds: int, batched: bool) -> list[list[tuple[str, ExperimentSpec]]]:
+    if not batched:
+        return [[item] for item in items]
+    return [items[i:i + seeds] for i in range(0, len(items), seeds)]  # the seeds of one grid point
+
+
+def sweep(spec: ExperimentSpec | str, grid: dict[str, list] | None = None, seeds: int = 1, backend: str = "local",
+          workers: int | None = None, batched: bool = False, store=None, label: str = "", progress: bool = True,
+          callback=None) -> list[dict[str, Any]]:
+    """Run every trial of `grid` x `seeds`; return their summaries (run_id, label, status, final metrics, ...).
+
+    `spec` is an ExperimentSpec or a preset name. `callback(row)` is called as each trial is recorded.
+    Ctrl-C cancels the trials not started, stops the workers and re-raises KeyboardInterrupt; the trials
+    finished so far are in the store.
+    """
+    from explorer.papers import preset
+    from explorer.runs import default_store
+
+    if backend not in BACKENDS:
+        raise SpecError("backend", f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if workers is not None and workers < 1:
+        raise SpecError("workers", f"must be at least 1, got {workers}")
+    base = preset(spec) if isinstance(spec, str) else spec
+    items = trials(base, grid, seeds)
+    groups = _groups(items, seeds, batched)
+    store = store if store is not None else default_store()
+    cores = os.cpu_count() or 1
+    workers = workers or min(cores, len(groups))
+    threads = max(1, cores // workers)
+    bar = _bar(len(items)) if progress else None
+    results: list[dict[str, Any]] = []
+
+    def finished(group, outcomes):
+        for (trial_label, trial_spec), outcome in zip(group, outcomes):
+            row = _record(store, trial_label, trial_spec, label, outcome)
+            results.append(row)
+            if callback is not None:
+                callback(row)
+            if bar is not None:
+                bar.update(1)
+
+    try:
+        runner = _run_local if backend == "local" else _run_ray
+        runner(groups, batched, workers, threads, finished)
+    finally:
+        if bar is not None:
+            bar.close()
+    order = {trial_label: i for i, (trial_label, _) in enumerate(items)}
+    return sorted(results, key=lambda row: order[row["label"]])
+
+
+def _bar(total: int):
+    import sys
+
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="trial", file=sys.stderr, desc="sweep")
+
+
+def _run_local(groups, batched, workers, threads, finished) -> None:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    if workers == 1:  # in this process: no pool to start
+        for group in groups:
+            finished(group, _run_group([s.to_dict() for _, s in group], batched, threads))
+        return
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        pending = {pool.submit(_run_group, [s.to_dict() for _, s in group], batched, threads): group
+                   for group in groups}
+        while pending:
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                finished(pending.pop(future), future.result())
+    except BaseException:
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:  # stop the trials under way too
+            process.terminate()
+        for process in processes:
+            process.join(timeout=10)
+        raise
+    pool.shutdown()
+
+
+def _run_ray(groups, batched, workers, threads, finished) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise SpecError("backend", "the ray backend needs Ray: pip install 'explorer[ray]' (or use --backend local)") \
+            from None
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS") or None
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                 **({} if address else {"num_cpus": workers}))
+    task = ray.remote(num_cpus=1)(_run_group)
+    pending = {task.remote([s.to_dict() for _, s in group], batched, threads): group for group in groups}
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                finished(pending.pop(ref), ray.get(ref))
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise

@@ -1,0 +1,116 @@
+"""Sweeps: the grid x seeds, both backends, failures and divergence recorded, Ctrl-C, the CLI."""
+
+import json
+import multiprocessing
+
+import pytest
+
+import explorer
+from explorer import sweeps
+from explorer.cli import main
+from explorer.runs import RunStore
+
+BASE = explorer.preset("ancre-fig2b-0:2").with_values({"train.steps": 30})
+
+
+def test_trials_are_the_grid_product_times_seeds():
+    items = sweeps.trials(BASE, {"model.depth": [3, 4], "optim.lr": [0.01, 0.05]}, seeds=2)
+    assert len(items) == 8
+    labels = [label for label, _ in items]
+    assert labels[0] == "model.depth=3 optim.lr=0.01 seed=0" and labels[-1] == "model.depth=4 optim.lr=0.05 seed=1"
+    last = items[-1][1]
+    assert (last.model.depth, last.optim.lr, last.train.seed) == (4, 0.05, 1)
+    with pytest.raises(explorer.SpecError) as err:
+        sweeps.trials(BASE, {"model.depth": []})
+    assert err.value.path == "grid.model.depth"
+    with pytest.raises(explorer.SpecError):
+        sweeps.trials(BASE, {"model.depth": ["zero"]})
+
+
+def test_local_pool_records_every_trial_as_it_finishes():
+    seen = []
+    rows = sweeps.sweep(BASE, {"topology.shortcuts": ["0:1", "0:2"]}, seeds=2, workers=2, progress=False,
+                        callback=seen.append, label="t")
+    assert [r["label"] for r in rows] == [f"topology.shortcuts={s} seed={k}" for s in ("0:1", "0:2") for k in (0, 1)]
+    assert len(seen) == 4 and all(r["status"] == "finished" for r in rows)
+    store = RunStore()
+    stored = {r["id"]: r for r in store.list()}
+    assert set(stored) == {r["run_id"] for r in rows}
+    for row in rows:
+        record = store.get(row["run_id"])
+        assert record["label"] == f"t {row['label']}"
+        assert record["history"][-1]["loss"] == pytest.approx(row["final_loss"])
+        assert store.load_checkpoint(row["run_id"])["step"] == 30
+    by_label = {r["label"]: r["final_val_loss"] for r in rows}
+    assert by_label["topology.shortcuts=0:2 seed=0"] < by_label["topology.shortcuts=0:1 seed=0"]  # the paper's gap
+
+
+def test_a_failed_trial_is_recorded_and_the_others_go_on(monkeypatch):
+    real = sweeps._run_group
+
+    def flaky(specs, batched, threads):
+        if specs[0]["train"]["seed"] == 1:
+            raise_in_worker = [{"status": "failed", "error": "RuntimeError: out of luck\n..."}]
+            return raise_in_worker
+        return real(specs, batched, threads)
+
+    monkeypatch.setattr(sweeps, "_run_group", flaky)
+    rows = sweeps.sweep(BASE, seeds=3, workers=1, progress=False)
+    assert [r["status"] for r in rows] == ["finished", "failed", "finished"]
+    assert RunStore().get(rows[1]["run_id"])["status"] == "failed"
+
+
+def test_worker_errors_become_failed_results_not_crashes():
+    broken = BASE.to_dict()
+    broken["model"]["depth"] = -1  # fails in the worker's from_dict
+    assert sweeps._run_group([broken], False, 1)[0]["status"] == "failed"
+
+
+def test_a_diverging_trial_is_a_result():
+    spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"model.depth": 30, "train.steps": 20})
+    rows = sweeps.sweep(spec, seeds=1, workers=1, progress=False)
+    assert rows[0]["status"] == "diverged" and rows[0]["diverged_at"] is not None
+
+
+def test_ctrl_c_stops_the_pool_and_keeps_what_finished():
+    def interrupt(row):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sweeps.sweep(BASE.with_values({"train.steps": 200}), seeds=6, workers=2, progress=False, callback=interrupt)
+    assert len(RunStore().list()) == 1  # the one trial recorded before the interrupt
+    for child in multiprocessing.active_children():
+        child.join(timeout=10)
+    assert not [c for c in multiprocessing.active_children() if c.is_alive()]
+
+
+def test_ray_backend_runs_the_trials_on_a_local_ray():
+    ray = pytest.importorskip("ray")
+    try:
+        rows = sweeps.sweep(BASE, {"topology.shortcuts": ["0:1", "0:2"]}, backend="ray", workers=2, progress=False)
+    finally:
+        ray.shutdown()
+    assert [r["status"] for r in rows] == ["finished", "finished"]
+    assert {r["id"] for r in RunStore().list()} == {r["run_id"] for r in rows}
+
+
+def test_cli_sweep_json_lists_the_trial_summaries(capsys):
+    code = main(["sweep", "--preset", "ancre-fig2b-0:2", "--set", "train.steps=20", "--grid", "model.depth=3,4",
+                 "--workers", "1", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows = json.loads(out)
+    assert [r["label"] for r in rows] == ["model.depth=3 seed=0", "model.depth=4 seed=0"]
+    assert all(r["status"] == "finished" and r["run_id"] for r in rows)
+    assert main(["sweep", "--preset", "ancre-fig2b-0:2", "--grid", "model.depth"]) == 2
+
+
+def test_batched_seeds_give_the_same_trials_as_separate_ones():
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 6, "model.width": 16,
+                                                              "train.steps": 20, "train.log_every": 10})
+    separate = sweeps.sweep(spec, {"optim.lr": [0.01, 0.02]}, seeds=2, workers=1, progress=False)
+    batched = sweeps.sweep(spec, {"optim.lr": [0.01, 0.02]}, seeds=2, workers=1, batched=True, progress=False)
+    assert [r["status"] for r in batched] == ["finished"] * 4
+    for a, b in zip(separate, batched):
+        assert a["label"] == b["label"]
+        assert b["final_loss"] == pytest.approx(a["final_loss"], rel=1e-5)
