@@ -60,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--label", default="", help="a label prefix for the recorded trials")
     sweep.add_argument("--json", action="store_true", help="print the list of trial summaries as JSON")
 
+    claims = sub.add_parser("claims", help="check the papers' claims on real runs and print the table")
+    claims.add_argument("--paper", choices=("ancre", "dca", "idinit", "tau", "skipless"), help="one paper only")
+    claims.add_argument("--fast", action="store_true", help="the small, quick version of every check (as in CI)")
+    claims.add_argument("--id", dest="ids", action="append", metavar="ID", help="only this claim (repeatable)")
+    claims.add_argument("--json", action="store_true", help="print the list of claim results as JSON")
+
     sub.add_parser("presets", help="list the presets")
     lister = sub.add_parser("list", help="list a registry's names")
     lister.add_argument("kind", choices=KINDS)
@@ -249,6 +255,41 @@ def _sweep(args) -> int:
     return 0
 
 
+def _claims(args) -> int:
+    from explorer.papers.claims import claims, run_claims
+
+    total = len([c for c in claims(args.paper) if args.ids is None or c.id in args.ids])
+    done = []
+
+    def show(row) -> None:
+        done.append(row)
+        if not args.json:
+            print(f"[{len(done)}/{total}] {row['paper']}/{row['id']} ({row['section']}): {row['verdict']}"
+                  f" in {row['seconds']:.1f} s", file=sys.stderr, flush=True)
+
+    rows = run_claims(args.paper, fast=args.fast, ids=args.ids, callback=show)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    for row in rows:
+        measured = ", ".join(f"{k}={_short(v)}" for k, v in row["measured"].items())
+        print(f"{row['verdict'].upper():14s} {row['paper']}/{row['id']}  [{row['section']}]\n"
+              f"    claim:    {row['statement']}\n    expected: {row['expected']}\n    measured: {measured}")
+        if row["note"]:
+            print(f"    note:     {row['note'].splitlines()[0]}")
+    return 0
+
+
+def _short(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list) and len(value) > 8:
+        return "[" + ", ".join(_short(v) for v in value[:8]) + ", ...]"
+    if isinstance(value, list):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    return str(value)
+
+
 def _runs(args) -> int:
     """`explorer runs list|show|export|delete`: the run store in EXPLORER_HOME (see explorer.runs)."""
     import datetime
@@ -320,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
             return _runs(args)
         if args.command == "sweep":
             return _sweep(args)
+        if args.command == "claims":
+            return _claims(args)
         if args.command == "presets":
             return _list("presets", False)
         return _list(args.kind, args.json)

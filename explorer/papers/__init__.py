@@ -1,4 +1,4 @@
-"""One module per paper: its presets (named specs at CPU scale) and, later, its claims."""
+"""One module per paper: its presets (named specs at CPU scale) and its claims (see explorer.papers.claims)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ PRESETS = Registry("presets")
 
 
 def _register_presets() -> None:
-    from explorer.papers import ancre, dca, skip, tau
+    from explorer.papers import ancre, dca, idinit, skipless, tau
 
-    for module in (ancre, dca, skip, tau):
+    for module in (ancre, dca, idinit, skipless, tau):
         for name, (description, spec_dict) in module.PRESETS.items():
             PRESETS.add(Entry(name, description, (), _loader(spec_dict), {"paper": module.__name__.rsplit(".", 1)[-1]}))
 
