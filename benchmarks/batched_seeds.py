@@ -26,6 +26,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 import explorer
 from explorer.batched import train_batched
+from train_throughput import PlainResNet
 
 MEMBERS, DEPTH, BATCH = 8, 30, 256
 
@@ -34,26 +35,6 @@ def make_specs(steps: int, members: int = MEMBERS) -> list[explorer.ExperimentSp
     base = explorer.preset("tau-fig1-1/sqrt(L)").with_values(
         {"model.depth": DEPTH, "train.steps": steps, "train.log_every": steps})
     return [base.with_values({"train.seed": seed}) for seed in range(members)]
-
-
-class PlainResNet(nn.Module):
-    """The tau paper's MLP-ResNet from scratch: h0 = relu(A x), h = relu(h + tau W h), relu(W_L h), B h."""
-
-    def __init__(self, d_in: int, d_out: int, width: int, depth: int):
-        super().__init__()
-        self.tau = depth ** -0.5
-        self.inp = nn.Linear(d_in, width, bias=False)
-        self.layers = nn.ModuleList(nn.Linear(width, width, bias=False) for _ in range(depth - 1))
-        self.fc = nn.Linear(width, width, bias=False)
-        self.out = nn.Linear(width, d_out, bias=False)
-        for p in self.parameters():
-            nn.init.kaiming_normal_(p, mode="fan_out")
-
-    def forward(self, x):
-        h = torch.relu(self.inp(x))
-        for layer in self.layers:
-            h = torch.relu(torch.add(h, layer(h), alpha=self.tau))
-        return self.out(torch.relu(self.fc(h)))
 
 
 def plain_models(x, y, width):

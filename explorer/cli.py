@@ -19,24 +19,15 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="explorer", description="Residual Explorer: train and inspect residual networks.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train a preset or a spec file")
-    source = train.add_mutually_exclusive_group(required=True)
-    source.add_argument("--preset", help="a preset name (see `explorer presets`)")
-    source.add_argument("--spec", type=Path, help="a spec JSON file")
-    train.add_argument("--set", dest="changes", action="append", default=[], metavar="PATH=VALUE",
-                       help="change a value by its dotted path, e.g. --set model.depth=30 (repeatable)")
+    train = _with_spec_source(sub.add_parser("train", help="train a preset or a spec file"))
     train.add_argument("--json", action="store_true", help="print the run summary as JSON")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.add_argument("--no-record", action="store_true", help="do not record the run in the run store (EXPLORER_HOME)")
     train.add_argument("--checkpoint-every", type=int, metavar="N",
                        help="also checkpoint every N steps, so a killed run can resume (`explorer runs resume`)")
 
-    probe = sub.add_parser("probe", help="train a preset or spec briefly (or not at all) and probe the model")
-    source = probe.add_mutually_exclusive_group(required=True)
-    source.add_argument("--preset", help="a preset name (see `explorer presets`)")
-    source.add_argument("--spec", type=Path, help="a spec JSON file")
-    probe.add_argument("--set", dest="changes", action="append", default=[], metavar="PATH=VALUE",
-                       help="change a spec value by its dotted path (repeatable)")
+    probe = _with_spec_source(sub.add_parser("probe", help="train a preset or spec briefly (or not at all) and probe "
+                                                         "the model"))
     probe.add_argument("--train-steps", type=int, default=0, metavar="N", help="train N steps first (default 0: at init)")
     probe.add_argument("--probe", required=True, help="the probe (see `explorer list probes`)")
     probe.add_argument("--option", dest="options", action="append", default=[], metavar="NAME=VALUE",
@@ -44,12 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--inputs", type=int, default=64, metavar="N", help="validation examples to probe with (default 64)")
     probe.add_argument("--json", action="store_true", help="print the result arrays as JSON")
 
-    sweep = sub.add_parser("sweep", help="run a grid of values x seeds on local cores or Ray; every trial is recorded")
-    source = sweep.add_mutually_exclusive_group(required=True)
-    source.add_argument("--preset", help="a preset name (see `explorer presets`)")
-    source.add_argument("--spec", type=Path, help="a spec JSON file")
-    sweep.add_argument("--set", dest="changes", action="append", default=[], metavar="PATH=VALUE",
-                       help="change a value of the base spec (repeatable)")
+    sweep = _with_spec_source(sub.add_parser("sweep", help="run a grid of values x seeds on local cores or Ray; every "
+                                                         "trial is recorded"))
     sweep.add_argument("--grid", action="append", default=[], metavar="PATH=V1,V2,...",
                        help="values to sweep, e.g. --grid model.depth=10,30 (repeatable: the product is run)")
     sweep.add_argument("--seeds", type=int, default=1, help="seeds per grid point (train.seed, +1, ...)")
@@ -88,6 +75,16 @@ def _parser() -> argparse.ArgumentParser:
     runs_resume = runs_sub.add_parser("resume", help="continue a stopped or interrupted run from its last checkpoint")
     runs_resume.add_argument("id", help="a run id or a unique prefix of one")
     runs_resume.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    return parser
+
+
+def _with_spec_source(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """--preset or --spec, and repeatable --set PATH=VALUE (read back by load_spec)."""
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--preset", help="a preset name (see `explorer presets`)")
+    source.add_argument("--spec", type=Path, help="a spec JSON file")
+    parser.add_argument("--set", dest="changes", action="append", default=[], metavar="PATH=VALUE",
+                        help="change a value by its dotted path, e.g. --set model.depth=30 (repeatable)")
     return parser
 
 
