@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import statistics
 import time
 
@@ -25,6 +24,7 @@ from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
 import explorer
+from common import write_json
 from explorer.batched import train_batched
 from train_throughput import PlainResNet
 
@@ -157,10 +157,7 @@ def main() -> None:
               f"speed-up {speedup:5.2f}x")
     print("   target: train_batched >= 3x over sequential runs on 2 CPU cores; the plain row shows what stacking "
           "alone achieves here.")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"wrote {args.json}")
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

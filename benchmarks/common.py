@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 
@@ -51,3 +52,11 @@ def time_plain_loop(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch
         optimizer.step()
     seconds = (time.perf_counter() - start) / steps
     return {"wall": seconds, "step": seconds, "status": "finished"}
+
+
+def write_json(path: str | None, results: dict) -> None:
+    """Write a benchmark's figures to `path` (when --json was given) and say so."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(results, f, indent=2)
+        print(f"wrote {path}")

@@ -16,7 +16,6 @@ Run: python benchmarks/gpt_throughput.py [--steps N] [--repeats R] [--json out.j
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 
 import torch
@@ -24,7 +23,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import explorer
-from common import paired_ratio, time_plain_loop, time_trainer
+from common import paired_ratio, time_plain_loop, time_trainer, write_json
 
 DEPTH, WIDTH, HEADS, CONTEXT, BATCH, LR = 6, 128, 4, 128, 16, 1e-3
 BASE = {
@@ -124,10 +123,7 @@ def main() -> None:
         ratio = results["ratio_to_cascaded"][name] = paired_ratio(samples[name], samples["cascaded"])
         target = f"<= {TARGETS[name]:.2f}x {'met' if ratio <= TARGETS[name] else 'NOT met'}" if name in TARGETS else ""
         print(f"   {name:9s} {results['ms_per_step'][name]:8.1f} {ratio:10.2f}x  {target}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"wrote {args.json}")
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ Run: python benchmarks/probe_latency.py [--repeats R] [--json out.json]
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
@@ -24,6 +23,7 @@ from sklearn.decomposition import PCA
 
 import explorer
 from explorer.probes import probe
+from common import write_json
 from train_throughput import PlainResNet
 
 DEPTH, WIDTH = 100, 128
@@ -99,10 +99,7 @@ def main() -> None:
     print(f"{'probe':48s} {'ms':>9s} {'reference ms':>13s} {'x reference':>12s}  under 1 s")
     for name, (seconds, ref) in rows.items():
         print(f"{name:48s} {1e3 * seconds:9.1f} {1e3 * ref:13.2f} {seconds / ref:11.2f}x  {'yes' if seconds < 1 else 'NO'}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({k: {"ms": 1e3 * a, "reference_ms": 1e3 * b, "ratio": a / b} for k, (a, b) in rows.items()}, f,
-                      indent=2)
+    write_json(args.json, {k: {"ms": 1e3 * a, "reference_ms": 1e3 * b, "ratio": a / b} for k, (a, b) in rows.items()})
 
 
 if __name__ == "__main__":

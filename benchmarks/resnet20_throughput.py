@@ -9,14 +9,13 @@ Run: python benchmarks/resnet20_throughput.py [--steps N] [--repeats R] [--json 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 
 import torch
 from torch import nn
 
 import explorer
-from common import paired_ratio, time_plain_loop, time_trainer
+from common import paired_ratio, time_plain_loop, time_trainer, write_json
 
 BATCH = 128
 SPEC = {"data": {"name": "shapes", "size": 32, "n_train": 2048, "n_val": 128},
@@ -78,9 +77,7 @@ def main() -> None:
     print(f"   explorer.train     {figures['trainer']:7.1f} ms/step")
     print(f"   plain PyTorch loop {figures['plain']:7.1f} ms/step")
     print(f"   throughput ratio trainer / plain: {ratio:.3f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"ms_per_step": figures, "ratio": ratio, "steps": args.steps, "repeats": args.repeats}, f, indent=2)
+    write_json(args.json, {"ms_per_step": figures, "ratio": ratio, "steps": args.steps, "repeats": args.repeats})
 
 
 if __name__ == "__main__":

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
 
 import torch
 from torch import nn
 
 import explorer
-from common import paired_ratio, time_plain_loop, time_trainer
+from common import paired_ratio, time_plain_loop, time_trainer, write_json
 
 BATCH, DEPTH, WIDTH = 256, 100, 128
 BASE = {
@@ -162,10 +161,7 @@ def main() -> None:
           "block matmul multiply-adds\n   (ANCRe: L/(2 m d), m = d x d matmuls per block), a lower bound on the "
           "ratio; target ANCRe <= 1.10x.")
 
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=2)
-        print(f"wrote {args.json}")
+    write_json(args.json, results)
 
 
 if __name__ == "__main__":
