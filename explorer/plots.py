@@ -302,6 +302,20 @@ def coefficient_heatmap(
 # --------------------------------------------------------------------------- spectra
 
 
+def _indexed_lines(curves, colors, hover: str, marker: dict | None = None) -> tuple[go.Figure, dict[str, np.ndarray]]:
+    """One line per label over indices 1..n, hover "<hover> <value>"; the figure and the validated curves."""
+    data = _curve_dict("curves", curves)
+    palette = _resolve_colors(list(data), colors)
+    fig = go.Figure()
+    for label, y in data.items():
+        fig.add_trace(go.Scatter(
+            x=np.arange(1, y.size + 1), y=y, mode="lines+markers", name=label,
+            line=dict(color=palette[label]), marker=marker,
+            hovertemplate=f"{hover} %{{y:{_FMT}}}<extra>{label}</extra>",
+        ))
+    return fig, data
+
+
 def spectra(
     curves: Mapping[str, Any],
     title: str,
@@ -312,15 +326,7 @@ def spectra(
 
     The arrays are drawn as given (they should be sorted descending); zeros vanish on a log-y axis.
     """
-    data = _curve_dict("curves", curves)
-    palette = _resolve_colors(list(data), colors)
-    fig = go.Figure()
-    for label, y in data.items():
-        fig.add_trace(go.Scatter(
-            x=np.arange(1, y.size + 1), y=y, mode="lines+markers", name=label,
-            line=dict(color=palette[label]), marker=dict(size=4),
-            hovertemplate=f"i = %{{x}}<br>σ_i = %{{y:{_FMT}}}<extra>{label}</extra>",
-        ))
+    fig, _ = _indexed_lines(curves, colors, "i = %{x}<br>σ_i =", marker=dict(size=4))
     fig.update_xaxes(title_text="index i (1 = largest singular value)")
     fig.update_yaxes(type="log" if log_y else "linear", title_text=_axis_title("singular value σ_i", log_y))
     return _finish(fig, title)
@@ -378,15 +384,7 @@ def norms_by_layer(
     colors: Mapping[str, str] | None = None,
 ) -> go.Figure:
     """A per-block quantity (e.g. ||h_l|| / ||h_0||) against depth, one line per label, blocks 1..L."""
-    data = _curve_dict("curves", curves)
-    palette = _resolve_colors(list(data), colors)
-    fig = go.Figure()
-    for label, y in data.items():
-        fig.add_trace(go.Scatter(
-            x=np.arange(1, y.size + 1), y=y, mode="lines+markers", name=label,
-            line=dict(color=palette[label]),
-            hovertemplate=f"block %{{x}}<br>{ylabel} %{{y:{_FMT}}}<extra>{label}</extra>",
-        ))
+    fig, data = _indexed_lines(curves, colors, f"block %{{x}}<br>{ylabel}")
     fig.update_xaxes(title_text="block (1 = first)")
     if max(y.size for y in data.values()) <= 24:
         fig.update_xaxes(tick0=1, dtick=1)  # one tick per block when they fit
