@@ -41,6 +41,7 @@ __all__ = [
     "loss_curves",
     "norms_by_layer",
     "pca_grid",
+    "probe_figures",
     "rank_plot",
     "run_colors",
     "spectra",
@@ -529,6 +530,64 @@ def theory_curves(
     fig.update_xaxes(type="log" if log_x else "linear", title_text=_axis_title(xlabel, log_x))
     fig.update_yaxes(type="log" if log_y else "linear", title_text=_axis_title(ylabel, log_y))
     return _finish(fig, title)
+
+
+# --------------------------------------------------------------------------- probe results
+
+
+def probe_figures(name: str, result: Mapping[str, Any], label: str = "") -> list[go.Figure]:
+    """The standard figures of one probe's result (what `explorer.probe(model, x, name)` returns).
+
+    jacobian: input-output Jacobian spectra (first inputs); weights: spectra and numerical ranks of
+    every weight matrix; norms: relative norms by block; dead: dead-weight fraction per matrix;
+    attention: attention maps (layers x heads); coefficients: the unrolled shortcut heatmap;
+    param-jacobian: parameter- and input-Jacobian spectra; pca: PCA feature maps per block and
+    the dense-probe mIoU per block. `label` (e.g. the run's name) prefixes each title.
+    """
+    head = f"{label}: " if label else ""
+    r = {key: np.asarray(value) for key, value in result.items()}
+    if name == "jacobian":
+        sv = r["singular_values"]
+        curves = {f"input {i}": sv[i] for i in range(min(4, len(sv)))}
+        return [spectra(curves, f"{head}input-output Jacobian spectrum (mean χ = {r['chi'].mean():.4g})")]
+    if name == "weights":
+        names = [str(n) for n in r["names"]]
+        curves = {n: r["singular_values"][i] for i, n in enumerate(names[:12])}
+        full = r["shapes"].min(axis=1)
+        return [spectra(curves, f"{head}weight spectra" + (" (first 12 matrices)" if len(names) > 12 else "")),
+                rank_plot(names, r["rank"], full, f"{head}numerical rank of each weight matrix")]
+    if name == "norms":
+        curves = {"output ||y_l|| / ||x_0||": r["relative_output_norm"], "input ||in_l|| / ||x_0||": r["relative_input_norm"]}
+        return [norms_by_layer(curves, f"{head}norms by block, relative to the embedded input", log_y=True)]
+    if name == "dead":
+        names = [str(n) for n in r["names"]]
+        fraction = np.divide(r["dead_weights"], r["total_weights"], out=np.zeros(len(names)), where=r["total_weights"] > 0)
+        fig = go.Figure(go.Bar(x=names, y=fraction, marker=dict(color=PALETTE[3]),
+                               customdata=np.stack([r["dead_weights"], r["total_weights"]], axis=1),
+                               hovertemplate="%{x}<br>%{customdata[0]} of %{customdata[1]} dead (%{y:.1%})<extra></extra>"))
+        fig.update_xaxes(title_text="weight matrix", type="category")
+        fig.update_yaxes(title_text="fraction with zero gradient", range=[0, 1])
+        return [_finish(fig, f"{head}dead weights (entries whose loss gradient is exactly 0)")]
+    if name == "attention":
+        return [attention_maps(r["maps"], f"{head}attention maps (rows: layers, columns: heads; "
+                                          f"mean κ = {np.nanmean(r['kappa']):.3g})")]
+    if name == "coefficients":
+        return [coefficient_heatmap(r["unrolled"], f"{head}shortcut coefficients (unrolled: who feeds whom)")]
+    if name == "param-jacobian":
+        curves = {"parameter Jacobian": r["param_singular_values"], "input Jacobian": r["input_singular_values"]}
+        return [spectra(curves, f"{head}sub-block Jacobian spectra (κ params {float(r['param_kappa']):.3g}, "
+                                f"κ input {float(r['input_kappa']):.3g})")]
+    if name == "pca":
+        blocks = [f"block {int(b)}" for b in r["blocks"]]
+        rgb = r["rgb"][:, :4]
+        figs = [pca_grid(rgb, blocks, [f"image {i}" for i in range(rgb.shape[1])],
+                         f"{head}PCA feature maps (first 3 components as RGB)")]
+        if "miou" in r and np.isfinite(r["miou"]).any():
+            figs.append(norms_by_layer({"dense-probe mIoU": r["miou"]}, f"{head}dense linear probe mIoU by block",
+                                       ylabel="mIoU"))
+        return figs
+    raise ValueError(f"no figure for probe {name!r}; known: jacobian, weights, norms, dead, attention, "
+                     "coefficients, param-jacobian, pca")
 
 
 # --------------------------------------------------------------------------- export

@@ -1,8 +1,13 @@
 """Fixtures shared by the test files."""
 
 import socket
+import sys
+from pathlib import Path
 
 import pytest
+
+APP = Path(__file__).resolve().parents[1] / "app"
+sys.path.insert(0, str(APP))  # the app's helper package `explorer_app`, importable as under `streamlit run`
 
 
 @pytest.fixture(autouse=True)
@@ -24,3 +29,35 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.fixture
+def open_page():
+    """open_page("train", query={...}) -> a streamlit AppTest of the whole app, switched to that page and run."""
+    from streamlit.testing.v1 import AppTest
+
+    def open_(page: str, query: dict | None = None, timeout: float = 120):
+        at = AppTest.from_file(str(APP / "streamlit_app.py"), default_timeout=timeout)
+        for key, value in (query or {}).items():
+            at.query_params[key] = value
+        at.switch_page(f"views/{page}.py")
+        return at.run()
+
+    return open_
+
+
+def plotly_array(values) -> "np.ndarray":
+    """A data array of a figure's JSON (e.g. an AppTest chart's proto.spec) as floats: plotly sends numpy
+    arrays as base64 typed arrays {dtype, bdata, shape} and lists as lists (None for gaps -> nan)."""
+    import base64
+
+    import numpy as np
+
+    if isinstance(values, dict) and "bdata" in values:
+        array = np.frombuffer(base64.b64decode(values["bdata"]), dtype=np.dtype(values["dtype"])).astype(float)
+        shape = values.get("shape")
+        if shape:
+            array = array.reshape([int(n) for n in str(shape).split(",")] if isinstance(shape, str) else shape)
+        return array
+    return np.array([[np.nan if v is None else v for v in row] if isinstance(row, list) else
+                     (np.nan if row is None else row) for row in values], dtype=float)

@@ -54,7 +54,7 @@ def dense_stack_singular_values(model, inputs, per_row=False):
 # --------------------------------------------------------------------------------------
 def test_registry_lists_the_probes_with_their_options():
     assert list(PROBES) == ["jacobian", "weights", "norms", "dead", "attention", "coefficients", "param-jacobian", "pca"]
-    assert PROBES["jacobian"].defaults() == {"max_inputs": 8, "k": 0}
+    assert PROBES["jacobian"].defaults() == {"max_inputs": 8, "k": 0, "max_dim": 2048}
     assert PROBES["weights"].defaults() == {"tol": 0.0}
 
 
@@ -345,3 +345,11 @@ def test_input_dependent_weights_are_averaged_over_the_batch(topology):
     expected = (torch.relu(x0 @ w.T).mean() + 1.0).item()
     assert moved["batch_weights"][0, 0] == pytest.approx(expected, rel=1e-5)
     assert (moved["batch_quantiles"][2] >= moved["batch_quantiles"][0]).all()
+
+
+def test_jacobian_refuses_a_stream_too_large_to_differentiate_quickly():
+    model, data = build(VIT, model={**VIT["model"], "width": 8, "patch": 8})
+    with pytest.raises(explorer.SpecError) as refused:
+        probe(model, data.x_val[:2], "jacobian", max_dim=39)
+    assert refused.value.path == "probe.max_dim" and "40 numbers per example" in refused.value.message
+    assert probe(model, data.x_val[:2], "jacobian", max_dim=40)["singular_values"].shape == (2, 40)

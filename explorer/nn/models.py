@@ -182,6 +182,16 @@ def build_model(spec, data_dims) -> Network:
     return model
 
 
+def parameter_count(spec) -> int:
+    """How many parameters the spec's model has, counted on the meta device (no memory, no data loaded),
+    so a server can refuse an oversized model before building it."""
+    from explorer.data import dims
+
+    with torch.device("meta"):
+        model = build_model(spec, dims(spec.data))
+    return sum(p.numel() for p in model.parameters())
+
+
 def check_model(spec, data_dims) -> None:
     entry = MODELS[spec.model.name]
     if entry.extra.get("check"):

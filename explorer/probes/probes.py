@@ -46,20 +46,27 @@ def _matrix(p: torch.Tensor) -> torch.Tensor:
     (
         Param("max_inputs", "int", 8, "probe at most this many inputs of the batch", low=1, high=1_000_000),
         Param("k", "int", 0, "keep the k largest singular values (0: all)", low=0, high=10_000_000),
+        Param("max_dim", "int", 2048, "refuse streams larger than this per example (the Jacobian is dim x dim)",
+              low=1, high=10_000_000),
     ),
 )
-def jacobian(model, inputs, max_inputs, k):
+def jacobian(model, inputs, max_inputs, k, max_dim):
     """J = d f(x0) / d x0 with f = model.stack and x0 = model.embed(x), embedding and head excluded.
 
     One example's stream ((d,), (T, d) or (C, H, W)) is flattened; the Jacobian is computed per
     input with torch.func.jacrev, batched over the inputs with torch.func.vmap (the topologies
     fall back to plain autograd ops under torch.func). `chi` is the mean squared singular value
-    over all of them, ||J||_F^2 / min(m, n): about 1 means dynamical isometry on average.
+    over all of them, ||J||_F^2 / min(m, n): about 1 means dynamical isometry on average. Streams above
+    `max_dim` numbers per example are refused (a GPT's 64 x 64 stream takes about a minute per input).
     """
     x = inputs[:max_inputs]
     with torch.no_grad():
         x0 = model.embed(x).detach()
     shape = x0.shape[1:]
+    if shape.numel() > max_dim:
+        raise SpecError("probe.max_dim", f"this model's stream holds {shape.numel():,} numbers per example, so its "
+                                         f"Jacobian is {shape.numel():,} x {shape.numel():,} (minutes per input on a "
+                                         f"CPU); raise max_dim to compute it anyway, or probe norms or param-jacobian")
 
     def f(flat):
         return model.stack(flat.view(1, *shape)).reshape(-1)

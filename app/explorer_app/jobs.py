@@ -1,0 +1,275 @@
+"""Training jobs that run off the Streamlit script thread, shared by every browser session.
+
+One `JobQueue` per server (the app keeps it in `st.cache_resource`) runs at most `max_jobs`
+trainings at once; later ones wait in submission order. A `Job` is one run: a thread calls
+`explorer.train` with two listeners, a `StoreRecorder` that saves the run in the run store and
+the job's own, which copies each logged row and live probe result into the job under a lock.
+The page reads `Job.view()` from a fragment that reruns a few times a second, so the page stays
+usable while the run trains. Pause, Step and Stop act at logged steps (every `train.log_every`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import explorer
+from explorer.runs import RunStore, StoreRecorder
+
+ACTIVE = ("queued", "running", "paused")  # a job in one of these may still change
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A consistent copy of a job's state, safe to read while the job goes on."""
+
+    id: str
+    label: str
+    status: str  # queued, running, paused, finished, diverged, stopped, cancelled, error
+    steps_done: int
+    total_steps: int
+    history: list[dict[str, float]]
+    probes: dict[str, dict]  # latest result of each live probe
+    probe_step: int | None
+    steps_per_second: float | None
+    diverged_at: int | None
+    run_id: str | None
+    error: str | None
+    queue_position: int | None  # 1 = next to start, while queued
+    updates: int  # how many logged rows and probe results the job has taken in (changes when the page should redraw)
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE
+
+    def as_run(self) -> dict[str, Any]:
+        """The shape `explorer.plots.loss_curves` draws."""
+        return {"label": self.label, "history": self.history, "status": self.status, "diverged_at": self.diverged_at}
+
+
+class Job:
+    """One training run in a background thread, with Pause / Step / Stop between logged steps."""
+
+    def __init__(self, spec, label: str, probes: Mapping[str, dict], probe_every: int, store: RunStore | None):
+        self.id = uuid.uuid4().hex[:8]
+        self.spec, self.label = spec, label
+        self.probes, self.probe_every, self.store = dict(probes), probe_every, store
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._go = threading.Event()  # cleared while paused
+        self._go.set()
+        self._step_once = False
+        self._status = "queued"
+        self._history: list[dict[str, float]] = []
+        self._probes: dict[str, dict] = {}
+        self._probe_step: int | None = None
+        self._steps_done = 0
+        self._sps: float | None = None
+        self._diverged_at: int | None = None
+        self._error: str | None = None
+        self._updates = 0
+        self._queue: JobQueue | None = None
+        self.recorder = StoreRecorder(store, label=label) if store is not None else None
+        self.done = threading.Event()
+        self._snapshot_wanted = threading.Event()
+        self._snapshot: tuple[int, dict] | None = None  # (step, state_dict copy) taken at a logged step
+        self._snapshot_ready = threading.Event()
+        self._model = None  # the trained model, once the run has ended
+
+    # ---- controls (any thread) ------------------------------------------------------------------
+    def pause(self) -> None:
+        with self._lock:
+            if self._status == "running":
+                self._go.clear()
+                self._status = "paused"
+                self._updates += 1
+
+    def resume(self) -> None:
+        with self._lock:
+            if self._status == "paused":
+                self._status = "running"
+                self._step_once = False
+                self._updates += 1
+                self._go.set()
+
+    def step(self) -> None:
+        """While paused: train up to the next logged step, then pause again."""
+        with self._lock:
+            if self._status == "paused":
+                self._step_once = True
+                self._status = "running"
+                self._updates += 1
+                self._go.set()
+
+    def stop(self) -> None:
+        """Stop the run at its next step (or take it out of the queue); it keeps what it has done."""
+        self._stop.set()
+        self._go.set()
+
+    def model_state(self, timeout: float = 10.0) -> tuple[int, dict] | None:
+        """(step, a copy of the model's state_dict) for probing: the final weights once the run ended, else a
+        copy taken by the training thread at its next logged step (so it is never half-updated). None when
+        the run has not started or no logged step came within `timeout` seconds."""
+        with self._lock:
+            if self._model is not None:
+                return self._steps_done, _copy_state(self._model)
+            if self._status not in ("running", "paused"):
+                return None
+            self._snapshot_ready.clear()
+            self._snapshot_wanted.set()
+        if not self._snapshot_ready.wait(timeout):
+            return None
+        return self._snapshot
+
+    # ---- reading --------------------------------------------------------------------------------
+    def view(self) -> JobView:
+        with self._lock:
+            return JobView(
+                id=self.id, label=self.label, status=self._status, steps_done=self._steps_done,
+                total_steps=self.spec.train.steps, history=list(self._history),
+                probes=dict(self._probes), probe_step=self._probe_step, steps_per_second=self._sps,
+                diverged_at=self._diverged_at, run_id=self.recorder.run_id if self.recorder else None,
+                error=self._error, queue_position=self._queue.position(self) if self._queue else None,
+                updates=self._updates)
+
+    # ---- the training thread --------------------------------------------------------------------
+    def _listen(self, event) -> None:
+        run = event.run
+        with self._lock:
+            if event.kind == "log":
+                self._history.append(dict(event.metrics))
+                if event.probes:
+                    self._probes.update(event.probes)
+                    self._probe_step = event.step
+                self._steps_done = run.steps_done
+                self._sps = run.steps_done / run.wall_time if run.wall_time > 0 and run.steps_done else None
+                self._diverged_at = run.diverged_at
+                self._updates += 1
+                if self._snapshot_wanted.is_set():
+                    self._take_snapshot(run)
+                if self._step_once:
+                    self._step_once = False
+                    self._status = "paused"
+                    self._go.clear()
+            elif event.kind == "end":
+                self._steps_done = run.steps_done
+                self._diverged_at = run.diverged_at
+                known = {row["step"] for row in self._history}
+                self._history.extend(dict(row) for row in run.history if row["step"] not in known)
+                self._status = run.status
+                self._model = run.model
+                self._updates += 1
+        if event.kind == "log":
+            while not self._go.wait(0.1):  # paused: hold the trainer here until Resume, Step or Stop
+                if self._snapshot_wanted.is_set():
+                    self._take_snapshot(run)
+
+    def _take_snapshot(self, run) -> None:
+        self._snapshot = (run.steps_done, _copy_state(run.model))
+        self._snapshot_wanted.clear()
+        self._snapshot_ready.set()
+
+    def _train(self) -> None:
+        with self._lock:
+            self._status = "running"
+            self._updates += 1
+        try:
+            listeners = [self.recorder, self._listen] if self.recorder else [self._listen]
+            explorer.train(self.spec, callbacks=listeners, stop=self._stop,
+                           probes=self.probes or None, probe_every=self.probe_every)
+        except Exception as error:  # shown on the page as a message; the server goes on
+            with self._lock:
+                self._status = "error"
+                self._error = f"{type(error).__name__}: {error}"
+                self._updates += 1
+            if self.recorder is not None and self.recorder.run_id is not None:
+                self.store.set_status(self.recorder.run_id, "error")
+
+
+class JobQueue:
+    """Runs jobs in threads, at most `max_jobs` at once, the rest in first-come order."""
+
+    def __init__(self, max_jobs: int, store: RunStore | None = None):
+        if max_jobs < 1:
+            raise ValueError(f"max_jobs must be at least 1, got {max_jobs}")
+        self.max_jobs, self.store = max_jobs, store
+        self._cond = threading.Condition()
+        self._waiting: deque = deque()  # Jobs and slot() tickets, first come first served
+        self._running = 0
+
+    def submit(self, spec, label: str, probes: Mapping[str, dict] | None = None, probe_every: int = 50,
+               record: bool = True) -> Job:
+        """Start (or queue) a run of `spec`; with `record` it is saved in the queue's run store."""
+        store = (self.store or explorer.RunStore()) if record else None
+        job = Job(spec, label, probes or {}, probe_every, store)
+        job._queue = self
+        with self._cond:
+            self._waiting.append(job)
+        threading.Thread(target=self._run, args=(job,), name=f"explorer-job-{job.id}", daemon=True).start()
+        return job
+
+    @contextlib.contextmanager
+    def slot(self):
+        """Hold one of the server's training slots for work done in the calling thread (e.g. a paper's
+        claim): waits in the same first-come queue as training jobs."""
+        ticket = object()
+        with self._cond:
+            self._waiting.append(ticket)
+            while not (self._waiting[0] is ticket and self._running < self.max_jobs):
+                self._cond.wait(0.2)
+            self._waiting.popleft()
+            self._running += 1
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._running -= 1
+                self._cond.notify_all()
+
+    def position(self, job: Job) -> int | None:
+        with self._cond:
+            return self._waiting.index(job) + 1 if job in self._waiting else None
+
+    def counts(self) -> tuple[int, int]:
+        """(running, waiting) across the server."""
+        with self._cond:
+            return self._running, len(self._waiting)
+
+    def _run(self, job: Job) -> None:
+        with self._cond:
+            while not (self._waiting[0] is job and self._running < self.max_jobs) and not job._stop.is_set():
+                self._cond.wait(0.2)
+            self._waiting.remove(job)
+            self._cond.notify_all()
+            if job._stop.is_set():
+                with job._lock:
+                    job._status = "cancelled"
+                    job._updates += 1
+                job.done.set()
+                return
+            self._running += 1
+        try:
+            job._train()
+        finally:
+            with self._cond:
+                self._running -= 1
+                self._cond.notify_all()
+            job.done.set()
+
+
+def _copy_state(model) -> dict:
+    return {key: value.detach().to("cpu", copy=True) for key, value in model.state_dict().items()}
+
+
+def wait(job: Job, timeout: float = 60.0) -> JobView:
+    """Block until the job ends (for tests and scripts); returns its final view."""
+    if not job.done.wait(timeout):
+        raise TimeoutError(f"job {job.id} still {job.view().status} after {timeout} s")
+    return job.view()
+

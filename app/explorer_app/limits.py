@@ -1,0 +1,86 @@
+"""Server-wide limits, set by environment variables, for serving the app to a class.
+
+EXPLORER_MAX_JOBS      training jobs that run at once across all sessions (more wait in a queue)
+EXPLORER_MAX_STEPS     most optimizer steps one run may ask for
+EXPLORER_MAX_PARAMS    most parameters one model may have
+EXPLORER_MAX_UPLOAD_KB largest spec JSON or text file a user may upload
+EXPLORER_DATA_DIR      the only folder dataset files (MNIST, CIFAR, text) are read from (default EXPLORER_HOME/data)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from explorer.nn.models import parameter_count
+from explorer.registry import SpecError
+from explorer.runs import home
+
+
+class LimitError(ValueError):
+    """An environment variable that sets a limit holds something that is not a positive integer."""
+
+
+VARIABLES = {
+    "EXPLORER_MAX_JOBS": ("max_jobs", 2, "training jobs that run at once across all sessions; more wait in a queue"),
+    "EXPLORER_MAX_STEPS": ("max_steps", 20_000, "most optimizer steps one run may ask for"),
+    "EXPLORER_MAX_PARAMS": ("max_params", 5_000_000, "most parameters one model may have"),
+    "EXPLORER_MAX_UPLOAD_KB": ("max_upload_kb", 2048, "largest spec JSON or text file a user may upload (KiB)"),
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_jobs: int
+    max_steps: int
+    max_params: int
+    max_upload_kb: int
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return self.max_upload_kb * 1024
+
+
+def limits() -> Limits:
+    """The limits in force now: each variable's value, or its default when unset."""
+    values = {}
+    for variable, (field, default, meaning) in VARIABLES.items():
+        text = os.environ.get(variable, "").strip()
+        if not text:
+            values[field] = default
+            continue
+        try:
+            number = int(text)
+        except ValueError:
+            number = 0
+        if number < 1:
+            raise LimitError(f"{variable}={text!r} is not valid: it sets the {meaning}; "
+                             f"set it to a positive integer (default {default}) or unset it")
+        values[field] = number
+    return Limits(**values)
+
+
+def data_roots() -> list[Path]:
+    """Folders the app may read dataset files from: EXPLORER_DATA_DIR (default EXPLORER_HOME/data) and uploads."""
+    root = Path(os.environ.get("EXPLORER_DATA_DIR") or home() / "data").expanduser().resolve()
+    return [root, (home() / "uploads").resolve()]
+
+
+def check_spec(spec, caps: Limits) -> None:
+    """Raise SpecError (naming the field) when the spec asks for more than this server allows or names a
+    file outside the data folders."""
+    path = spec.data.params.get("path")
+    if path:
+        resolved = Path(path).expanduser().resolve()
+        roots = data_roots()
+        if not any(resolved == root or root in resolved.parents for root in roots):
+            raise SpecError("data.path", f"the app reads data only from {roots[0]} (set EXPLORER_DATA_DIR to "
+                                         f"change it) or from uploads; move the files there or upload the text")
+    if spec.train.steps > caps.max_steps:
+        raise SpecError("train.steps", f"this server allows at most {caps.max_steps} steps per run "
+                                       f"(EXPLORER_MAX_STEPS); set train.steps to {caps.max_steps} or fewer")
+    count = parameter_count(spec)
+    if count > caps.max_params:
+        raise SpecError("model.width", f"this model has {count:,} parameters, above this server's cap of "
+                                       f"{caps.max_params:,} (EXPLORER_MAX_PARAMS); lower model.width or model.depth")

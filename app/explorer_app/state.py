@@ -1,0 +1,100 @@
+"""What the pages share: the server's job queue and run store, and this browser session's runs."""
+
+from __future__ import annotations
+
+import threading
+import urllib.parse
+
+import streamlit as st
+
+import explorer
+from explorer.runs import home
+from explorer_app.jobs import Job, JobQueue
+from explorer_app.limits import Limits, limits
+
+TRAIN_PAGE = "views/train.py"  # relative to app/streamlit_app.py, as st.switch_page wants
+
+
+def job_queue() -> JobQueue:
+    """One queue for the whole server: EXPLORER_MAX_JOBS trainings at once, the rest wait."""
+    return _job_queue(limits().max_jobs, str(home()))
+
+
+def store() -> explorer.RunStore:
+    """The run store in EXPLORER_HOME (default ~/.explorer), shared by all sessions."""
+    return _store(str(home()))
+
+
+# Keyed by the settings, so a changed EXPLORER_HOME (each test has its own) gets its own store and queue.
+@st.cache_resource(show_spinner=False)
+def _job_queue(max_jobs: int, root: str) -> JobQueue:
+    return JobQueue(max_jobs, store=_store(root))
+
+
+@st.cache_resource(show_spinner=False)
+def _store(root: str) -> explorer.RunStore:
+    return explorer.RunStore(root)
+
+
+def server_limits() -> Limits:
+    return limits()
+
+
+def session_jobs() -> list[Job]:
+    """This session's jobs, oldest first (another browser has its own list)."""
+    return st.session_state.setdefault("jobs", [])
+
+
+def add_job(job: Job) -> None:
+    session_jobs().append(job)
+
+
+def session_run_ids() -> list[str]:
+    """Ids in the run store of the runs this session started (newest first)."""
+    ids = [job.view().run_id for job in reversed(session_jobs())]
+    return [run_id for run_id in ids if run_id]
+
+
+def remember_train_spec(spec) -> None:
+    """Keep the Train page's current, valid experiment for other pages (Streamlit drops a page's widget
+    state when the user leaves it)."""
+    st.session_state["train-spec"] = spec
+
+
+def train_spec():
+    """The experiment the Train page last held in this session, or None."""
+    return st.session_state.get("train-spec")
+
+
+def train_page_params(spec) -> dict[str, str]:
+    """Query parameters that open the Train page set up with `spec` (what its URL holds)."""
+    return dict(urllib.parse.parse_qsl(spec.to_query()))
+
+
+def open_in_train(spec) -> None:
+    """Switch to the Train page with `spec` loaded (e.g. a paper's preset)."""
+    st.switch_page(TRAIN_PAGE, query_params=train_page_params(spec))
+
+
+def warm_up(spec) -> None:
+    """Build `spec`'s data and model and run a probe once, in the background, so the first click on Train
+    does not pay for loading the dataset and torch's first-call set-up (about 2 s on a laptop CPU).
+    Once per dataset per server process."""
+    key = repr(sorted(spec.data.to_dict().items()))
+    with _WARM_LOCK:
+        if key in _WARMED:
+            return
+        _WARMED.add(key)
+    threading.Thread(target=_build_and_probe, args=(spec,), name="explorer-warm-up", daemon=True).start()
+
+
+def _build_and_probe(spec) -> None:
+    try:
+        model, data = explorer.build(spec, device="cpu")
+        explorer.probe(model, data.x_val[:2], "jacobian")
+    except Exception:  # a warm-up only saves time; the real run reports any problem
+        pass
+
+
+_WARM_LOCK = threading.Lock()
+_WARMED: set[str] = set()

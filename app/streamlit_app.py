@@ -1,0 +1,22 @@
+"""Residual Explorer: the web app. Start it with `streamlit run app/streamlit_app.py`.
+
+Five pages: Train (live runs), Inside (probe a run), Compare (overlay runs, launch a grid),
+Papers (each paper's claims, rerun at CPU scale) and Theory (the closed-form results).
+"""
+
+from pathlib import Path
+
+import streamlit as st
+
+VIEWS = Path(__file__).parent / "views"
+
+st.set_page_config(page_title="Residual Explorer", page_icon=":material/account_tree:", layout="wide")
+
+pages = [
+    st.Page(VIEWS / "train.py", title="Train", icon=":material/model_training:", default=True),  # served at /
+    st.Page(VIEWS / "inside.py", title="Inside", icon=":material/biotech:", url_path="inside"),
+    st.Page(VIEWS / "compare.py", title="Compare", icon=":material/compare:", url_path="compare"),
+    st.Page(VIEWS / "papers.py", title="Papers", icon=":material/menu_book:", url_path="papers"),
+    st.Page(VIEWS / "theory.py", title="Theory", icon=":material/functions:", url_path="theory"),
+]
+st.navigation(pages).run()

@@ -1,0 +1,428 @@
+"""Compare: launch a small grid (topologies x seeds, or depth x tau) and overlay runs from the store.
+
+The grid's runs train as background jobs in the server's queue (at most EXPLORER_MAX_JOBS at once
+across all sessions, the rest wait); a fragment redraws their progress, a table and their loss
+curves twice a second while any of them is active. Below, the runs picked from this session (or the
+whole store) are compared: overlaid loss curves, shortcut-coefficient heatmaps side by side and
+overlaid Jacobian spectra, with one colour per run in every figure.
+"""
+
+import streamlit as st
+
+import explorer
+from explorer import plots
+from explorer.registry import DEPTH_RULES, SpecError
+from explorer.sweeps import trials
+from explorer_app import figures, limits, state
+
+REFRESH_S = 0.5  # live grid refresh period while a job is active
+MAX_RUNS = 12  # most runs one grid launches, and most runs compared at once
+MAX_LISTED = 200  # newest store runs offered with "all runs in the store"
+DEFAULT_PRESET = "tau-fig1-1/sqrt(L)"
+AXES = ("topologies x seeds", "depth x tau")
+DEPTH_CHOICES = ("2", "4", "8", "16", "32", "64")
+TAU_CHOICES = (*DEPTH_RULES, "0.1", "0.5", "1")
+PROBE_INPUTS = 8  # validation examples the probes see, as explorer.train's live probes
+LIVE_PROBES = {"coefficients": {}, "jacobian": {"max_inputs": 1}}  # the Jacobian of the first input only
+HEATMAPS_PER_ROW = 3
+caps = state.server_limits()
+
+st.title("Compare")
+st.caption("Launch a small grid of runs and watch it fill in, or pick runs from the store, then compare their "
+           "loss curves, shortcut-coefficient heatmaps and Jacobian spectra side by side. Each run keeps one "
+           "colour in every figure.")
+
+
+# ---- the grid's base experiment and axes --------------------------------------------------------
+def train_page_spec():
+    """The experiment the Train page last held in this session (the query it wrote to its URL), or None."""
+    return state.train_spec()
+
+
+def choose_base() -> tuple[str, object]:
+    """(name, spec) of the grid's base: the Train page's set-up (when the session has one) or a preset."""
+    from_train = train_page_spec()
+    sources = (["the Train page's set-up"] if from_train is not None else []) + ["a preset"]
+    if st.session_state.get("compare-base") not in sources:
+        st.session_state["compare-base"] = sources[0]
+    left, right = st.columns(2)
+    source = left.radio("Start from", sources, key="compare-base", horizontal=True,
+                        help="The grid changes only its axes (and train.steps); everything else comes from here.")
+    if source != "a preset":
+        return "train", from_train
+    presets = list(explorer.registry("presets"))
+    st.session_state.setdefault("compare-preset", DEFAULT_PRESET if DEFAULT_PRESET in presets else presets[0])
+    name = right.selectbox("Preset", presets, key="compare-preset",
+                           help="A paper's set-up, scaled to run on a CPU.")
+    return name, explorer.preset(name)
+
+
+def describe(spec) -> str:
+    model = spec.model.params
+    size = " ".join(f"{key} {model[key]}" for key in ("depth", "width") if key in model)
+    return (f"{spec.data.name} · {spec.model.name} {size} · topology {spec.topology.name} · "
+            f"init {spec.init.name} · {spec.optim.name} · {spec.train.steps} steps · seed {spec.train.seed}")
+
+
+def choose_grid(base_name: str, base) -> tuple[str, dict[str, list], int, int]:
+    """The axes the user picked: (kind, {path: values}, seeds, steps per run)."""
+    kind = st.radio("Grid", AXES, key="compare-axes", horizontal=True)
+    cols = st.columns([3, 3, 1, 1])
+    if kind == AXES[0]:
+        topologies = explorer.registry("topologies")
+        st.session_state.setdefault("compare-topologies", [base.topology.name])
+        chosen = cols[0].multiselect("Topologies", list(topologies), key="compare-topologies",
+                                     help="\n".join(f"- **{n}**: {d}" for n, d in topologies.describe().items()))
+        grid = {"topology.name": chosen}
+    else:
+        depth = str(base.model.params.get("depth", DEPTH_CHOICES[2]))
+        depths = sorted({*DEPTH_CHOICES, depth}, key=int)
+        st.session_state.setdefault("compare-depths", [depth])
+        st.session_state.setdefault("compare-taus", list(DEPTH_RULES))
+        grid = {
+            "model.depth": cols[0].multiselect("Depths (model.depth)", depths, key="compare-depths",
+                                               accept_new_options=True, help="Type another depth and press Enter."),
+            "topology.value": cols[1].multiselect("tau (topology.value)", TAU_CHOICES, key="compare-taus",
+                                                  accept_new_options=True,
+                                                  help="A rule of the depth L or a number (type it and press Enter): "
+                                                       "each block adds tau times its branch."),
+        }
+    seeds = cols[2].number_input("Seeds", min_value=1, max_value=MAX_RUNS, value=1, key="compare-seeds",
+                                 help="Seeds train.seed, train.seed + 1, ... of the base for every grid point.")
+    steps = cols[3].number_input("Steps per run", min_value=1, value=base.train.steps, key=f"compare-steps:{base_name}")
+    return kind, grid, int(seeds), int(steps)
+
+
+def run_label(kind: str, spec) -> str:
+    if kind == AXES[0]:
+        return f"{spec.topology.name} seed {spec.train.seed}"
+    return f"L={spec.model.depth} tau={spec.topology.value} seed {spec.train.seed}"
+
+
+def expand(kind: str, base, grid: dict[str, list], seeds: int, steps: int) -> list[tuple[str, object]]:
+    """(label, spec) of every run of the grid, each valid and within this server's limits (else SpecError)."""
+    base = base.with_values({"train.steps": steps})
+    if kind == AXES[1]:
+        if "depth" not in base.model.params:
+            raise SpecError("model.depth", f"the model {base.model.name!r} has no depth; "
+                                           "pick another base for depth x tau")
+        base = base.with_values({"topology.name": "tau"})
+    items = []
+    for _, spec in trials(base, grid, seeds):
+        limits.check_spec(spec, caps)
+        items.append((run_label(kind, spec), spec))
+    labels = [label for label, _ in items]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise SpecError(next(iter(grid)), f"the grid holds the same run twice ({repeated[0]}); "
+                                          "remove the repeated value")
+    return items
+
+
+def grid_size(grid: dict[str, list], seeds: int) -> int:
+    size = seeds
+    for values in grid.values():
+        size *= len(values)
+    return size
+
+
+# ---- launching ----------------------------------------------------------------------------------
+def plan_probes(spec) -> tuple[dict[str, dict], list[str]]:
+    """The live probes the grid's model can take, and notes on those left out (tried on the untrained model)."""
+    model, data = explorer.build(spec, device="cpu")
+    inputs = data.x_val[:PROBE_INPUTS]
+    probes, notes = {}, []
+    for name, what in (("coefficients", "coefficient heatmaps"), ("jacobian", "Jacobian spectra")):
+        try:
+            explorer.probe(model, inputs[:1], name, **LIVE_PROBES[name])
+            probes[name] = LIVE_PROBES[name]
+        except SpecError as error:  # e.g. a stream too large for the Jacobian on a CPU
+            notes.append(f"No {what}: {error.message}")
+    return probes, notes
+
+
+def launch(items: list[tuple[str, object]]) -> None:
+    """Queue every run of the grid in the server's job queue; the grid becomes this session's current one."""
+    try:
+        with st.spinner("Preparing the grid..."):
+            probes, notes = plan_probes(items[0][1])
+    except Exception as error:  # a model or dataset that cannot be built is a message; the app goes on
+        st.error(f"Could not build the grid's model: {type(error).__name__}: {error}", icon=":material/error:")
+        return
+    number = st.session_state.get("compare-grids", 0) + 1
+    jobs = []
+    for label, spec in items:
+        job = state.job_queue().submit(spec, f"grid {number}: {label}", probes=probes,
+                                       probe_every=max(spec.train.steps // 4, 1))
+        state.add_job(job)
+        jobs.append(job)
+    st.session_state["compare-grids"] = number
+    st.session_state["compare-grid"] = {"number": number, "jobs": jobs, "notes": notes, "selected": False}
+
+
+def stop_grid() -> None:
+    for job in current_grid()["jobs"]:
+        job.stop()
+
+
+def current_grid() -> dict | None:
+    return st.session_state.get("compare-grid")
+
+
+def grid_active() -> bool:
+    grid = current_grid()
+    return bool(grid) and any(job.view().active for job in grid["jobs"])
+
+
+st.subheader("Launch a grid")
+base_name, base = choose_base()
+st.caption(f"Base: {describe(base)}")
+kind, grid_values, seeds, steps = choose_grid(base_name, base)
+size = grid_size(grid_values, seeds)
+items = None
+if size == 0:
+    st.info("Pick at least one value on each axis.", icon=":material/info:")
+elif size > MAX_RUNS:
+    st.error(f"This grid has {size} runs; a grid may launch at most {MAX_RUNS}. Remove some values or seeds.",
+             icon=":material/error:")
+else:
+    try:
+        items = expand(kind, base, grid_values, seeds, steps)
+    except SpecError as error:
+        st.error(f"**{error.path}**: {error.message}", icon=":material/error:")
+busy = grid_active()
+if st.button(f"Launch {size} run{'s' * (size != 1)}", type="primary", key="compare-launch",
+             icon=":material/play_arrow:", disabled=items is None or busy,
+             help="Wait for the current grid to finish (or stop it) first." if busy else None):
+    launch(items)
+
+
+# ---- watching the grid --------------------------------------------------------------------------
+def grid_view() -> None:
+    """Overall progress, a row per run and the overlaid loss curves of the current grid."""
+    grid = current_grid()
+    if grid is None:
+        st.caption(f"No grid launched yet. Runs beyond this server's limit of {caps.max_jobs} at once "
+                   "(EXPLORER_MAX_JOBS) wait in a queue.")
+        return
+    views = [job.view() for job in grid["jobs"]]
+    active = any(view.active for view in views)
+    queued = [view for view in views if view.status == "queued"]
+    done = sum(not view.active for view in views)
+    fraction = sum(run_fraction(view) if view.active else 1.0 for view in views) / len(views)  # an ended run is done
+    left, right = st.columns([5, 1])
+    left.progress(fraction, text=f"Grid {grid['number']}: {done} of {len(views)} runs done"
+                                 + (f" · {len(queued)} queued" if queued else ""))
+    right.button("Stop grid", key="compare-stop", icon=":material/stop:", disabled=not active, on_click=stop_grid,
+                 help="Stop the runs under way and drop the queued ones; what they did stays in the store.")
+    if queued:
+        st.info(f"{len(queued)} run(s) wait for a training slot: this server trains at most {caps.max_jobs} runs at "
+                "once across all sessions (EXPLORER_MAX_JOBS); they start as slots free up.",
+                icon=":material/hourglass_top:")
+    for note in grid["notes"]:
+        st.caption(note)
+    st.dataframe([grid_row(view) for view in views], hide_index=True, key="compare-grid-table",
+                 column_config={"progress": st.column_config.ProgressColumn("progress", min_value=0, max_value=100,
+                                                                            format="%.0f%%")})
+    for view in views:
+        if view.status == "error":
+            st.error(f"{view.label} failed: {view.error}", icon=":material/error:")
+    curves = [view.as_run() for view in views if view.history]
+    if curves:
+        colors = plots.run_colors([view.label for view in views])
+        figures.show(plots.loss_curves(curves, colors=colors, title=f"Grid {grid['number']}: training loss"),
+                     key="compare-grid-loss", name=f"grid-{grid['number']}-loss")
+    if active != st.session_state.get("compare-active", False):
+        st.rerun(scope="app")  # switch the refresh timer on or off
+
+
+def run_fraction(view) -> float:
+    return min(view.steps_done / max(view.total_steps, 1), 1.0)
+
+
+def grid_row(view) -> dict:
+    final = view.history[-1] if view.history else {}
+    status = f"queued (#{view.queue_position} in line)" if view.status == "queued" else view.status
+    return {"run": view.label, "status": status, "progress": 100 * run_fraction(view),
+            "step": f"{view.steps_done} / {view.total_steps}", "loss": final.get("loss"),
+            "val accuracy": final.get("val_accuracy"), "diverged at": view.diverged_at}
+
+
+active = grid_active()
+st.session_state["compare-active"] = active
+st.fragment(run_every=REFRESH_S if active else None)(grid_view)()
+
+
+# ---- comparing stored runs ----------------------------------------------------------------------
+def listed_runs() -> list[dict]:
+    """Store records offered for comparison: this session's runs, or with the toggle the newest in the store."""
+    everything = st.toggle("All runs in the store", key="compare-all-runs",
+                           help=f"Off: the runs this browser session started. On: the newest {MAX_LISTED} runs "
+                                "in the store, from any session, sweep or the command line.")
+    if everything:
+        return state.store().list(limit=MAX_LISTED)
+    mine = set(state.session_run_ids())
+    return [record for record in state.store().list() if record["id"] in mine]
+
+
+def choose_runs(records: list[dict]) -> list[str]:
+    """The multiselect of runs; a grid that has just finished is selected for comparison."""
+    by_id = {record["id"]: record for record in records}
+    grid = current_grid()
+    if grid and not grid["selected"] and not grid_active():
+        st.session_state["compare-runs"] = [job.view().run_id for job in grid["jobs"]]
+        grid["selected"] = True
+    chosen = st.session_state.get("compare-runs", [record["id"] for record in records[:4]])
+    st.session_state["compare-runs"] = [run_id for run_id in chosen if run_id in by_id][:MAX_RUNS]
+    return st.multiselect("Runs", list(by_id), key="compare-runs", max_selections=MAX_RUNS,
+                          format_func=lambda run_id: option_label(by_id[run_id]))
+
+
+def option_label(record: dict) -> str:
+    name = record["label"] or record["id"][:8]
+    return f"{name} · {record['status']} · {record['steps_done']} steps · {record['id'][:6]}"
+
+
+def load(run_ids: list[str]) -> list[dict]:
+    records = []
+    for run_id in run_ids:
+        try:
+            records.append(state.store().get(run_id))
+        except SpecError:
+            st.warning(f"Run {run_id[:8]} is no longer in the store.", icon=":material/warning:")
+    return records
+
+
+def display_labels(records: list[dict]) -> list[str]:
+    """Each run's label, made unique: a repeated or missing label gets the run id's first characters."""
+    names = [record["label"] or record["id"][:8] for record in records]
+    return [f"{name} ({record['id'][:6]})" if names.count(name) > 1 else name for name, record in zip(names, records)]
+
+
+def summary_row(label: str, record: dict) -> dict:
+    final, spec = record["final"] or {}, record["spec"]
+    return {"run": label, "status": record["status"], "steps": record["steps_done"], "loss": final.get("loss"),
+            "val accuracy": final.get("val_accuracy"), "diverged at": record["diverged_at"],
+            "topology": spec["topology"]["name"], "depth": spec["model"].get("depth"), "seed": spec["train"]["seed"],
+            "id": record["id"][:8]}
+
+
+def last_probe(record: dict, name: str) -> tuple[int, dict] | None:
+    """(step, result) of the run's latest recorded `name` probe, or None."""
+    found = [entry for entry in record["probes"] if entry["name"] == name]
+    return (found[-1]["step"], found[-1]["result"]) if found else None
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def checkpoint_probes(root: str, run_id: str, updated: float) -> dict:
+    """Each live probe of a stored run's last checkpoint: {name: (step, result), or why it is missing}.
+    Cached per store, run and run version (`updated`)."""
+    store = state.store()
+    try:
+        checkpoint = store.load_checkpoint(run_id)
+        model, data = explorer.build(store.spec(run_id), device="cpu")
+        model.load_state_dict(checkpoint["model"])
+    except Exception as error:  # a checkpoint that no longer fits its spec is reported; the page goes on
+        reason = f"its checkpoint could not be loaded ({type(error).__name__}: {error})"
+        return dict.fromkeys(LIVE_PROBES, reason)
+    inputs, step = data.x_val[:PROBE_INPUTS], int(checkpoint.get("step", 0))
+    found = {}
+    for name, options in LIVE_PROBES.items():
+        try:
+            found[name] = (step, explorer.probe(model, inputs, name, **options))
+        except SpecError as error:
+            found[name] = error.message
+        except Exception as error:  # e.g. a diverged run's non-finite weights
+            found[name] = f"it could not be computed from the checkpoint ({type(error).__name__}: {error})"
+    return found
+
+
+def probe_results(records: list[dict], labels: list[str]) -> list[dict]:
+    """Per run {probe name: (step, result), or why it is missing}: the recorded probes, else computed from
+    the run's checkpoint (with a progress bar while that happens)."""
+    results = [{name: last_probe(record, name) for name in LIVE_PROBES} for record in records]
+    missing = [i for i, found in enumerate(results) if None in found.values()]
+    bar = st.progress(0.0) if missing else None
+    for k, i in enumerate(missing):
+        record = records[i]
+        bar.progress(k / len(missing), text=f"Probing {labels[i]} from its checkpoint ({k + 1} of {len(missing)})")
+        computed = (checkpoint_probes(str(state.store().root), record["id"], record["updated"])
+                    if record["checkpoint"] else dict.fromkeys(LIVE_PROBES, "not recorded, and no checkpoint saved"))
+        results[i] = {name: found or computed[name] for name, found in results[i].items()}
+    if bar is not None:
+        bar.empty()
+    return results
+
+
+def show_heatmaps(records: list[dict], labels: list[str], results: list[dict], basis: str) -> None:
+    for start in range(0, len(records), HEATMAPS_PER_ROW):
+        columns = st.columns(HEATMAPS_PER_ROW)
+        for column, record, label, found in zip(columns, records[start:], labels[start:], results[start:]):
+            with column:
+                coefficients = found["coefficients"]
+                if isinstance(coefficients, str) or basis not in coefficients[1]:
+                    why = coefficients if isinstance(coefficients, str) else f"no {basis} basis recorded"
+                    st.caption(f"**{label}**: no coefficient heatmap: {why}.")
+                    continue
+                step, result = coefficients
+                fig = plots.coefficient_heatmap(result[basis], f"{label}: {basis} at step {step}",
+                                                log_ratio=basis == "log_ratio")
+                figures.show(fig, key=f"compare-heatmap-{record['id']}", name=f"{label}-coefficients")
+
+
+def show_spectra(labels: list[str], results: list[dict], colors: dict[str, str]) -> None:
+    curves = {label: found["jacobian"][1]["singular_values"][0]
+              for label, found in zip(labels, results) if not isinstance(found["jacobian"], str)}
+    left_out = [f"{label}: {found['jacobian']}" for label, found in zip(labels, results)
+                if isinstance(found["jacobian"], str)]
+    if curves:
+        fig = plots.spectra(curves, "Input-output Jacobian spectra of the block stack (first validation example)",
+                            colors=colors)
+        figures.show(fig, key="compare-spectra", name="jacobian-spectra")
+    if left_out:
+        st.caption("No Jacobian spectrum for " + "; ".join(left_out) + ".")
+
+
+def compare_view() -> None:
+    records = listed_runs()
+    if not records:
+        if st.session_state.get("compare-all-runs"):
+            st.info("The run store is empty. Launch a grid above, train a run on the Train page, or record runs "
+                    "with `explorer train` or `explorer sweep`.", icon=":material/info:")
+        else:
+            st.info("This session has not started any runs yet: launch a grid above or train one on the Train "
+                    "page, or switch on **All runs in the store** to compare runs saved earlier.",
+                    icon=":material/info:")
+        return
+    records = load(choose_runs(records))
+    if not records:
+        st.caption("Pick runs to compare.")
+        return
+    labels = display_labels(records)
+    colors = plots.run_colors(labels)
+    st.dataframe([summary_row(label, record) for label, record in zip(labels, records)], hide_index=True,
+                 key="compare-table")
+    diverged = [f"**{label}** at step {record['diverged_at']}" for label, record in zip(labels, records)
+                if record["status"] == "diverged"]
+    if diverged:
+        st.info("Diverged (marked x on the curves; a result, not an error): " + ", ".join(diverged) + ".",
+                icon=":material/trending_up:")
+    curves = [{"label": label, "history": record["history"], "status": record["status"],
+               "diverged_at": record["diverged_at"]} for label, record in zip(labels, records) if record["history"]]
+    if curves:
+        show_val = st.toggle("Validation curves (dashed)", value=True, key="compare-show-val")
+        figures.show(plots.loss_curves(curves, colors=colors, show_val=show_val, title="Compare: training loss"),
+                     key="compare-loss", name="compare-loss")
+    results = probe_results(records, labels)
+    st.markdown("**Shortcut coefficients**: who feeds whom, one heatmap per run.")
+    basis = st.selectbox("Heatmap basis", ["unrolled", "own", "log_ratio"], key="compare-basis",
+                         help="unrolled: weight of each earlier branch output in each block's input (comparable "
+                              "across topologies); own: the topology's own coefficients; log_ratio: ANCRe's "
+                              "log(c_ij / max_j c) view.")
+    show_heatmaps(records, labels, results, basis)
+    show_spectra(labels, results, colors)
+
+
+st.divider()
+st.subheader("Compare runs")
+compare_view()

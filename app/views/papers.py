@@ -1,0 +1,375 @@
+"""Papers page: each paper's question, its key equations, and its claims rerun at CPU scale.
+
+One tab per paper (the open tab is in the URL as ?paper=...): a plain-language summary, the
+equations its claims test (st.latex), every claim with a button that reruns it on real training
+runs (fast mode by default) and shows its verdict, the measured numbers against the criterion,
+and the paper's presets, each of which opens in the Train page to be trained live and probed.
+
+Claims are seeded and deterministic, so each result is cached server-wide per (paper, claim,
+mode): in a class only the first student pays. Computing one holds a slot of the server's job
+queue, so a class cannot start more heavy work at once than EXPLORER_MAX_JOBS allows.
+
+The equations follow the papers; where their text conversion is garbled or inconsistent:
+ANCRe's Eq. 8 sums its denominator over k = 1..j-1, but Eq. 7 (sum over i = 0..j-1 of p_ij = 1)
+needs k = 0..j-1, which is what is shown; DCA's GRN-v3 formula is missing from the text and is
+written from its description (weights b_t + w_t-bar, where w_t-bar is a ReLU of a learned
+projection w_t of the stacked outputs, shared by all d features); ANCRe's layer update is the
+library's form of the paper's "aggregated shortcuts to layer j" (explorer/topology.py).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+import streamlit as st
+
+import explorer
+from explorer import plots
+from explorer.papers.claims import Claim, claims
+from explorer_app import figures, state
+from explorer_app.limits import LimitError
+
+
+@dataclass(frozen=True)
+class Paper:
+    tab: str  # the tab's label, also the value of ?paper= in the URL
+    title: str
+    summary: str
+    equations: tuple[tuple[str, str], ...]  # (what it says, LaTeX)
+    notebook: str
+
+
+PAPERS = {
+    "ancre": Paper(
+        tab="ANCRe",
+        title="ANCRe: Adaptive Neural Connection Reassignment for Efficient Depth Scaling",
+        summary="A residual network need not connect each layer only to the one before it: any shortcut i:j from "
+                "an earlier output to a later layer is possible. On deep linear networks *where* the shortcut goes "
+                "changes how fast gradient descent converges, exponentially: the single shortcut 0:2 gives a linear "
+                "(exponential) rate, 0:1 only a sublinear one. ANCRe learns the placement from data, with "
+                "softmax-normalised coefficients on all shortcuts, and carries it over to Transformers.",
+        equations=(
+            (r"The 3-layer linear network with the shortcut 0:1, and with 0:2 (whitened data, $XX^\top = I$):",
+             r"\mathcal L_1 = \tfrac12\big\|W_3 W_2 (W_1 + I)X - Y\big\|_F^2, \qquad "
+             r"\mathcal L_2 = \tfrac12\big\|W_3 (W_2 W_1 + I)X - Y\big\|_F^2"),
+            ("Under gradient flow from a small initialisation (Theorems 3.2 and 3.3):",
+             r"\mathcal L_1(t) \ge \Omega(1/t^2), \qquad \mathcal L_2(t) \le \mathcal L_2(0)\, e^{-2(1-\lambda)^2 t}"),
+            ("ANCRe: every earlier output feeds layer $j$, with ingoing-normalised coefficients at temperature "
+             r"$\tau$ (0.1; 0.01 for language models):",
+             r"x_j = f_j(x_{j-1}) + \sum_{i<j} p_{ij}\, x_i, \qquad "
+             r"p_{ij} = \frac{\exp(c_{ij}/\tau)}{\sum_{k=0}^{j-1} \exp(c_{kj}/\tau)}"),
+        ),
+        notebook="notebooks/01_ancre.ipynb",
+    ),
+    "dca": Paper(
+        tab="DCA",
+        title="DeepCrossAttention: Supercharging Transformer Residual Connections",
+        summary="A standard residual network adds every block's output to one stream with weight 1, so what early "
+                "blocks computed gets diluted. Generalized residual networks (GRN) let each block read a learned "
+                "combination of all earlier outputs; DeepCrossAttention (DCA) uses three such combinations to give "
+                "every Transformer block its own queries, keys and values. A theorem on low-rank linear networks "
+                "says the learned combinations help most when the model's rank (its width) is small.",
+        equations=(
+            (r"The input of block $t$ mixes the stack of earlier outputs $G_t = [x_0, y_1, \dots, y_{t-1}]$: ResNet, "
+             r"GRN-v1, GRN-v2 and GRN-v3 ($\sigma$ = ReLU, $w_t = 0$ at init):",
+             r"G_t\mathbf 1, \qquad G_t b_t, \qquad (G_t \odot b_t)\mathbf 1, \qquad "
+             r"\big(G_t \odot (b_t + \mathbf 1\,\sigma(w_t^\top G_t))\big)\mathbf 1"),
+            (r"Theorem 4.1: with linear blocks of rank $r_t$ and collective rank $r_* = \sum_t r_t < d$, what each "
+             "architecture can express ($D$ diagonal):",
+             r"\mathcal C_{\rm res} = \{I + M\},\quad \mathcal C_{\rm GRN\text{-}v1} = \{\alpha I + M\},\quad "
+             r"\mathcal C_{\rm GRN\text{-}v2} = \{D + M\}, \qquad \operatorname{rank} M \le r_*"),
+        ),
+        notebook="notebooks/02_dca.ipynb",
+    ),
+    "idinit": Paper(
+        tab="IDInit",
+        title="IDInit: A Universal and Stable Initialization Method",
+        summary="Residual networks train best when every block starts as (almost) the identity. IDInit starts "
+                "every layer from an identity, non-square ones included (a padded identity, which also lifts a rank "
+                "limit that zero padding imposes), relies on SGD with momentum to make identical layers differ, "
+                "and replaces the exact zeros at the end of each residual branch by a tiny pattern of ±ε "
+                "(IDIZ) so that no weight is left without a gradient.",
+        equations=(
+            (r"The padded identity for a $D_{\rm out} \times D_{\rm in}$ weight (a tall layer is "
+             r"$[I; I; \dots]$; Eq. 3):",
+             r"\operatorname{IDI}_\tau(\theta)_{m,j} = \begin{cases} \tau & m \equiv j \pmod{D_{\rm in}} \\ "
+             r"0 & \text{otherwise} \end{cases}"),
+            ("Zero padding $[I; 0]$ of a layer that widens $D_0$ to $D_h$ keeps the residual part of the next square "
+             "layer low-rank; the padded identity lets it exceed $D_0$ (Theorem 3.1):",
+             r"\operatorname{rank}\big(\theta^{(1)} - I\big) \le D_0 \quad \text{(zero padding)}"),
+            (r"Dynamical isometry: $\chi$, the mean squared singular value of the input-output Jacobian, is about 1 "
+             "on the critical line (above 1: exploding gradients):",
+             r"\chi = \frac1n \sum_{i=1}^n \sigma_i^2(J_{io}) \approx 1"),
+        ),
+        notebook="notebooks/03_idinit.ipynb",
+    ),
+    "tau": Paper(
+        tab="τ stability",
+        title="Stability and Convergence Theory for Learning ResNet: A Full Characterization",
+        summary="How much may each residual block add to the stream for a very deep ResNet to train without "
+                "normalisation? The paper scales every branch by τ and proves that τ = 1/√L is a sharp threshold: "
+                "at or below it the forward and backward passes stay bounded at any depth L; for τ ≥ L^(−1/2+c) "
+                "the output norm grows at least like L^c. With batch normalisation the stream's norm grows like "
+                "√l, and τ = 1/√L on top of it keeps it flat.",
+        equations=(
+            (r"The ResNet of Section 2 (width $m$, depth $L$, $\phi$ = ReLU), with Kaiming initialisation:",
+             r"h_0 = \phi(Ax), \qquad h_l = \phi\big(h_{l-1} + \tau W_l h_{l-1}\big), \qquad "
+             r"(W_l)_{ij} \sim \mathcal N(0, 2/m)"),
+            (r"Theorem 1 ($\tau \le 1/\Omega(\sqrt L)$: with high probability, for any $b > a$ and diagonal "
+             r"$D_l$ of norm at most 1) and Theorem 4 ($\tau \ge L^{-1/2 + c}$):",
+             r"\big\|D_b(I + \tau W_b)\cdots D_a(I + \tau W_a)\big\|_2 \le 1 + c, \qquad "
+             r"\mathbb E\,\|h_L\|^2 > L^{2c}"),
+            (r"Claim 1, with batch normalisation ($n$ examples): the norm of the stream grows like $\sqrt L$:",
+             r"\mathbb E\,\|h_L\|_F^2 \approx n\, m\, L"),
+        ),
+        notebook="notebooks/04_tau.ipynb",
+    ),
+    "skipless": Paper(
+        tab="Cutting the Skip",
+        title="Cutting the Skip: Training Residual-Free Transformers",
+        summary="Skip connections make Transformers easy to train but keep re-injecting shallow features into deep "
+                "layers. Without them, a self-attention block's input Jacobian is badly conditioned at the usual "
+                "initialisation: diffuse attention logits make the attention map nearly the rank-one uniform "
+                "matrix. The paper's initialisation makes the logits diagonally dominant and the value-output "
+                "product orthogonal, so a ViT trains without any skip.",
+        equations=(
+            (r"The input Jacobian of attention block $\ell$ ($A_\ell$: the attention map, $A'_\ell$: its derivative; "
+             "Eq. 10) and its condition number:",
+             r"K_\ell = \big(\hat X_{\ell-1} W^V_\ell W^O_\ell \otimes I_n\big)^\top A'_\ell + "
+             r"\big(W^V_\ell W^O_\ell\big)^\top \otimes A_\ell, \qquad \kappa(K) = \frac{s_{\max}(K)}{s_{\min}(K)}"),
+            (r"The proposed initialisation, from the SVD $Q = USV^\top$ of a random matrix (Sec. 5; supervised ViTs: "
+             r"$\alpha = 2, \beta = 0.6, c = 3$):",
+             r"W^V_\ell = c\,U,\quad W^O_\ell = c\,V^\top, \qquad "
+             r"W^Q_\ell {W^K_\ell}^\top = \alpha Z + \beta I,\quad Z_{ij} \sim \mathcal N(0, 1/d)"),
+        ),
+        notebook="notebooks/05_skipless.ipynb",
+    ),
+}
+
+VERDICTS = {  # a claim's verdict -> (badge colour, icon, label)
+    "holds": ("green", ":material/check_circle:", "holds"),
+    "does-not-hold": ("orange", ":material/cancel:", "does not hold at this scale"),
+    "error": ("red", ":material/error:", "error"),
+}
+
+MODES = ("Fast mode shrinks every run (fewer steps, depths or seeds): seconds per claim. Full mode trains the "
+         "presets at their full length: up to several minutes per claim, ten minutes or more for a whole paper "
+         "on a 2-core CPU. Verdicts can differ between the two.")
+
+RESULTS = "papers-results"  # session state: (paper, claim id, fast) -> the claim's result row
+
+
+# ---- running claims -----------------------------------------------------------------------------
+
+class ClaimFailed(Exception):
+    """A claim whose row says "error", raised out of the cache so that the error is not kept (a retry reruns)."""
+
+    def __init__(self, row: dict):
+        super().__init__(row["note"])
+        self.row = row
+
+
+@st.cache_data(show_spinner=False)
+def claim_row(paper: str, claim_id: str, fast: bool) -> dict:
+    """`Claim.run(fast)` while holding one of the server's job slots; cached server-wide (claims are seeded)."""
+    claim = next(c for c in claims(paper) if c.id == claim_id)
+    with state.job_queue().slot():
+        row = claim.run(fast)
+    if row["verdict"] == "error":
+        raise ClaimFailed(row)
+    return row
+
+
+def run_claim(claim: Claim, fast: bool) -> dict:
+    """The claim's result row, cached or computed now; never raises (a failure becomes its "error" row)."""
+    try:
+        return claim_row(claim.paper, claim.id, fast)
+    except ClaimFailed as failed:
+        return failed.row
+    except Exception as error:  # e.g. an invalid EXPLORER_MAX_JOBS: reported on the claim, the page goes on
+        return {"verdict": "error", "measured": {}, "expected": claim.expected,
+                "note": f"{type(error).__name__}: {error}", "seconds": None}
+
+
+def queue_note() -> str:
+    """What to add to the progress text when every job slot of the server is taken (the claim waits its turn)."""
+    try:
+        queue = state.job_queue()
+    except LimitError:  # a misconfigured EXPLORER_MAX_JOBS: run_claim reports it on the claim
+        return ""
+    running, waiting = queue.counts()
+    return f" (waiting for a free slot: {running} running, {waiting} waiting)" if running >= queue.max_jobs else ""
+
+
+def run_with_progress(to_run: list[Claim], fast: bool) -> None:
+    """Run `to_run` one after another under a progress bar, keeping each result in this session."""
+    mode = "fast" if fast else "full"
+    bar = st.progress(0.0)
+    start = time.perf_counter()
+    for done, claim in enumerate(to_run):
+        bar.progress(done / len(to_run), text=f"Claim {done + 1} of {len(to_run)} ({mode} mode)")
+        with st.spinner(f"Running {claim.id}{queue_note()}", show_time=True):
+            session_results()[(claim.paper, claim.id, fast)] = run_claim(claim, fast)
+    bar.progress(1.0, text=f"Done: {len(to_run)} claim{'s' if len(to_run) > 1 else ''} in "
+                           f"{time.perf_counter() - start:.1f} s ({mode} mode)")
+
+
+def session_results() -> dict:
+    return st.session_state.setdefault(RESULTS, {})
+
+
+# ---- showing results ----------------------------------------------------------------------------
+
+def escape(text: str) -> str:
+    """`text` shown literally by st.markdown (the claims write p_ij, ER*, ||h||, ...)."""
+    return re.sub(r"([\\`*_\[\]<>#|~$])", r"\\\1", text)
+
+
+def error_message(note: str) -> str:
+    """The error's first lines, without the traceback `Claim.run` appends."""
+    return note.split("\nTraceback (most recent call last):", 1)[0].strip()
+
+
+def formatted(value) -> str:
+    if value is None:
+        return "—"  # not reached, or not finite
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return ", ".join(formatted(v) for v in value)
+    return str(value)
+
+
+def measured_rows(measured: dict, prefix: str = "") -> list[dict[str, str]]:
+    """The measured numbers as (quantity, value) rows; nested results become "outer / inner" quantities."""
+    rows = []
+    for key, value in measured.items():
+        if isinstance(value, dict):
+            rows += measured_rows(value, f"{prefix}{key} / ")
+        else:
+            rows.append({"quantity": f"{prefix}{key}", "value": formatted(value)})
+    return rows
+
+
+def tau_norm_figure(m: dict) -> go.Figure:
+    curves = {}
+    for rule, label in (("1/sqrt(L)", "τ = 1/√L"), ("1/L^0.25", "τ = L^-1/4")):
+        curves[f"measured, {label}"] = m[f"R[{rule}]"]
+        curves[f"theory upper bound, {label}"] = m[f"theory_R_upper[{rule}]"]
+    return plots.theory_curves(m["depths"], curves, "Norm growth at initialisation: ||h_(L-1)|| / ||h_0||",
+                               "depth L", "RMS norm ratio R", log_x=True, log_y=True)
+
+
+def kappa_figure(m: dict) -> go.Figure:
+    curves = {key.removeprefix("kappa_K_").replace("_", ", "): values
+              for key, values in m.items() if key.startswith("kappa_K_")}
+    return plots.norms_by_layer(curves, "Condition number of each attention block's input Jacobian K_l",
+                                ylabel="κ(K_l)", log_y=True)
+
+
+def miou_figure(m: dict) -> go.Figure:
+    curves = {"ViT with skips": m["miou_per_block_skip"], "skipless, proposed init": m["miou_per_block_skipless_init"]}
+    return plots.theory_curves(list(range(len(curves["ViT with skips"]))), curves,
+                               "Dense linear-probe mIoU of each block's patch features",
+                               "block (0 = patch embedding)", "mIoU")
+
+
+def width_figure(m: dict) -> go.Figure:
+    widths = sorted(int(key[1:].removesuffix("_dca")) for key in m if key.endswith("_dca"))
+    curves = {name: [m[f"w{w}_{key}"] for w in widths]
+              for name, key in (("Transformer", "transformer"), ("DCA", "dca"))}
+    return plots.theory_curves(widths, curves, "Validation loss against width", "width",
+                               "validation loss (nats per character)", log_x=True)
+
+
+FIGURES = {  # claims whose measured numbers explorer.plots can draw
+    ("tau", "init-norm-sharp-threshold"): tau_norm_figure,
+    ("skipless", "kl-conditioning"): kappa_figure,
+    ("skipless", "fig4-dense-miou"): miou_figure,
+    ("dca", "table2-width-trend"): width_figure,
+}
+
+
+def show_result(claim: Claim, row: dict, fast: bool) -> None:
+    """Verdict badge, the criterion next to the measured numbers, the note, and a figure where there is one."""
+    mode = "fast" if fast else "full"
+    color, icon, label = VERDICTS[row["verdict"]]
+    took = f", computed in {row['seconds']} s" if row.get("seconds") is not None else ""
+    st.markdown(f":{color}-badge[{icon} {label}] :gray-badge[{mode} mode{took}]")
+    if row["verdict"] == "error":
+        st.error(error_message(row["note"]), icon=":material/error:")
+        return
+    expected, measured = st.columns([2, 3])
+    expected.markdown(f"**Expected.** {escape(row['expected'])}")
+    measured.dataframe(measured_rows(row["measured"]), hide_index=True)
+    if row["note"]:
+        st.caption(escape(row["note"]))
+    draw = FIGURES.get((claim.paper, claim.id))
+    if draw is not None:
+        try:
+            fig = draw(row["measured"])
+        except (KeyError, TypeError, ValueError) as error:  # the claim's numbers are not shaped as drawn here
+            st.caption(f"No figure for these numbers ({type(error).__name__}: {error}).")
+            return
+        figures.show(fig, key=f"papers-{claim.paper}-{claim.id}-{mode}", name=f"{claim.paper}-{claim.id}-{mode}")
+
+
+# ---- the page -----------------------------------------------------------------------------------
+
+def claims_section(paper: str, fast: bool) -> None:
+    paper_claims = claims(paper)
+    st.markdown(f"#### Claims ({len(paper_claims)})")
+    st.caption("Each claim is checked on real runs at CPU scale, with a criterion fixed from the paper's statement "
+               "before any number is read. Results are cached on the server: a claim someone already ran "
+               "shows at once.")
+    if st.button("Run all claims of this paper", key=f"papers-run-all-{paper}", icon=":material/play_arrow:"):
+        run_with_progress(paper_claims, fast)
+    for claim in paper_claims:
+        with st.container(border=True):
+            st.markdown(f"**{escape(claim.section)}.** {escape(claim.statement)}")
+            if st.button("Run this claim", key=f"papers-run-{paper}-{claim.id}"):
+                run_with_progress([claim], fast)
+            for mode_fast in (True, False):
+                row = session_results().get((paper, claim.id, mode_fast))
+                if row is not None:
+                    show_result(claim, row, mode_fast)
+
+
+def presets_section(paper: str) -> None:
+    presets = [(name, entry) for name, entry in explorer.registry("presets").items()
+               if entry.extra.get("paper") == paper]
+    with st.expander(f"Presets ({len(presets)}): the paper's experiments at CPU scale, to train live in Train"):
+        for name, entry in presets:
+            text, button = st.columns([5, 1], vertical_alignment="center")
+            text.markdown(f"`{name}`: {escape(entry.description)}")
+            if button.button("Open in Train", key=f"papers-open-{name}", icon=":material/open_in_new:"):
+                state.open_in_train(explorer.preset(name))
+
+
+def paper_section(paper: str, fast: bool) -> None:
+    info = PAPERS[paper]
+    st.subheader(info.title)
+    st.markdown(info.summary)
+    for text, latex in info.equations:
+        st.markdown(text)
+        st.latex(latex)
+    st.caption(f"Figures, widgets and exercises: `{info.notebook}`.")
+    claims_section(paper, fast)
+    presets_section(paper)
+
+
+st.title("Papers")
+st.caption("Five papers on residual connections: what each one says, its key equations, and its claims rerun on "
+           "real training runs at CPU scale, with the numbers measured and a verdict.")
+fast_mode = st.toggle("Fast mode", value=True, key="papers-fast")
+st.caption(MODES)
+tabs = st.tabs([info.tab for info in PAPERS.values()], key="paper", bind="query-params")
+for paper_id, tab in zip(PAPERS, tabs):
+    if tab.open:
+        with tab:
+            paper_section(paper_id, fast_mode)

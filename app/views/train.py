@@ -1,0 +1,248 @@
+"""Train: set up an experiment, train it live, and watch its loss, shortcut heatmap and one probe.
+
+The form (sidebar) is generated from the registries and mirrored in the URL. Training runs in a
+background job (explorer_app.jobs); a fragment redraws the live view about three times a second while the
+job is active, so the page and its buttons stay responsive. Every run is saved in the run store.
+"""
+
+import csv
+import io
+import json
+import urllib.parse
+
+import streamlit as st
+
+import explorer
+from explorer import plots
+from explorer.registry import SpecError
+from explorer_app import figures, limits, spec_form, state, uploads
+
+REFRESH_S = 0.3  # live view refresh period while a job is active (about 3 redraws per second)
+LIVE_PROBE = "coefficients"  # always probed: the heatmap
+probe_names = [name for name in explorer.registry("probes") if name != LIVE_PROBE]
+caps = state.server_limits()
+
+st.title("Train")
+st.caption("Pick data, an architecture, a residual topology and an initialisation in the sidebar, then press "
+           "**Train**. The loss, the shortcut-coefficient heatmap and the probe you choose update while it trains. "
+           "The address bar holds the whole experiment: copy it to share the set-up.")
+
+
+# ---- the experiment, from the URL or the form --------------------------------------------------
+def load_from_url() -> None:
+    """Open the experiment a link names (a spec in the query, or ?preset=NAME); keep the form otherwise."""
+    query = {key: st.query_params[key] for key in st.query_params}
+    if not query or query == st.session_state.get("url_written"):
+        return
+    try:
+        spec = explorer.preset(query["preset"]) if "preset" in query else explorer.ExperimentSpec.from_query(query)
+    except SpecError as error:
+        st.error(f"This link's experiment is not valid: **{error.path}**: {error.message}. "
+                 "The form shows the last valid set-up instead.", icon=":material/link_off:")
+        st.session_state["url_written"] = query
+        return
+    spec_form.load_into_widgets(spec)
+    st.session_state["url_written"] = None
+
+
+def write_to_url(spec) -> None:
+    params = state.train_page_params(spec)
+    if {key: st.query_params[key] for key in st.query_params} != params:
+        st.query_params.from_dict(params)
+    st.session_state["url_written"] = params
+
+
+load_from_url()
+with st.sidebar:
+    st.subheader("Experiment")
+    presets = explorer.registry("presets")
+    chosen = st.selectbox("Start from a preset", ["(keep the form)", *presets], key="train-preset",
+                          help="A paper's set-up, scaled to run on a CPU. Loading it replaces the form.")
+    if chosen != "(keep the form)" and st.button("Load preset", key="train-load-preset"):
+        spec_form.load_into_widgets(explorer.preset(chosen))
+        st.session_state["train-preset"] = "(keep the form)"
+        st.rerun()
+    uploaded_spec = uploads.spec_uploader(caps, key="train-upload-spec")
+    if uploaded_spec is not None:
+        spec_form.load_into_widgets(uploaded_spec)
+        st.rerun()
+    form = spec_form.render(check=lambda spec: limits.check_spec(spec, caps))
+    uploads.text_corpus_uploader(form.raw, caps, key="train-upload-text")
+spec = form.spec
+if spec is not None:
+    write_to_url(spec)
+    state.remember_train_spec(spec)
+    state.warm_up(spec)
+
+# ---- what to watch -----------------------------------------------------------------------------
+left, middle, right = st.columns([2, 1, 1])
+probe_name = left.selectbox("Live probe", probe_names, key="train-probe",
+                            format_func=lambda n: f"{n}: {explorer.registry('probes').describe()[n]}",
+                            help="Computed on a fixed validation batch while the run trains.")
+probe_every = middle.number_input("probe every (steps)", min_value=1, max_value=100_000, value=50, key="train-probe-every")
+heatmap_basis = right.selectbox("Heatmap basis", ["unrolled", "own", "log_ratio"], key="train-basis",
+                                help="unrolled: weight of each earlier branch output in each block's input "
+                                     "(comparable across topologies); own: the topology's own coefficients; "
+                                     "log_ratio: ANCRe's log(c_ij / max_j c) view.")
+
+
+def probe_error(spec, name: str) -> SpecError | None:
+    """Try the probe on the untrained model (two inputs) so an inapplicable choice is refused up front."""
+    model, data = explorer.build(spec, device="cpu")
+    try:
+        explorer.probe(model, data.x_val[:2], name, **probe_tensors(name, data, 2))
+    except SpecError as error:
+        return error
+    return None
+
+
+def probe_tensors(name: str, data, n: int) -> dict:
+    wanted = explorer.registry("probes")[name].extra.get("tensors", {})
+    extra = {}
+    if "targets" in wanted:
+        extra["targets"] = data.y_val[:n]
+    if "masks" in wanted and data.masks_val is not None:
+        extra["masks"] = data.masks_val[:n]
+    return extra
+
+
+def start(spec) -> None:
+    error = probe_error(spec, probe_name)
+    if error is not None:
+        st.session_state["train-message"] = (f"The live probe **{probe_name}** does not apply to this model: "
+                                             f"{error.message}. Choose another probe.")
+        return
+    label = f"{spec.model.name} {spec.topology.name} #{len(state.session_jobs()) + 1}"
+    job = state.job_queue().submit(spec, label, probes={LIVE_PROBE: {}, probe_name: {}}, probe_every=int(probe_every))
+    state.add_job(job)
+    st.session_state["train-job"] = job
+    st.session_state.pop("train-message", None)
+
+
+def reset() -> None:
+    job = st.session_state.pop("train-job", None)
+    if job is not None:
+        job.stop()
+    st.session_state.pop("train-message", None)
+
+
+# ---- live view ---------------------------------------------------------------------------------
+def current_job():
+    return st.session_state.get("train-job")
+
+
+def live_view() -> None:
+    """Controls, status and charts; button callbacks run before this, so the state read here is current."""
+    job = current_job()
+    view = job.view() if job else None
+    active = bool(view and view.active)
+    paused = bool(view and view.status == "paused")
+
+    buttons = st.columns(5)
+    buttons[0].button("Train", type="primary", key="train-start", icon=":material/play_arrow:",
+                      disabled=spec is None or active, on_click=start, args=(spec,),
+                      help="Fix the field marked in the sidebar first." if spec is None else None)
+    if paused:
+        buttons[1].button("Resume", key="train-resume", icon=":material/resume:", on_click=job.resume)
+    else:
+        buttons[1].button("Pause", key="train-pause", icon=":material/pause:", disabled=not active,
+                          on_click=job.pause if job else None)
+    buttons[2].button("Step", key="train-step", icon=":material/skip_next:", disabled=not paused,
+                      on_click=job.step if job else None,
+                      help="While paused: train to the next logged step (train.log_every steps).")
+    buttons[3].button("Stop", key="train-stop", icon=":material/stop:", disabled=not active,
+                      on_click=job.stop if job else None)
+    buttons[4].button("Reset", key="train-reset", icon=":material/restart_alt:", disabled=view is None,
+                      on_click=reset, help="Stop this run (it stays in the store) and clear the view.")
+
+    if "train-message" in st.session_state:
+        st.warning(st.session_state["train-message"], icon=":material/warning:")
+    if view is None:
+        st.info("No run yet: press **Train**.", icon=":material/info:")
+        empty_loss_chart()
+        return
+    show_status(view)
+    show_charts(view)
+    if view.active != active_at_last_run():
+        st.rerun(scope="app")  # switch the refresh timer on or off
+
+
+def active_at_last_run() -> bool:
+    return st.session_state.get("train-active", False)
+
+
+def show_status(view) -> None:
+    fraction = min(view.steps_done / max(view.total_steps, 1), 1.0)
+    speed = f"{view.steps_per_second:.1f} steps/s" if view.steps_per_second else "starting"
+    st.progress(fraction, text=f"{view.label}: step {view.steps_done} of {view.total_steps} · {speed} · {view.status}")
+    if view.status == "queued":
+        running, waiting = state.job_queue().counts()
+        st.info(f"Queued: {running} run(s) are training on this server (limit {caps.max_jobs}, EXPLORER_MAX_JOBS); "
+                f"this one is number {view.queue_position} in line.", icon=":material/hourglass_top:")
+    elif view.status == "diverged":
+        st.warning(f"**Diverged at step {view.diverged_at}**: the loss became non-finite or grew past "
+                   f"train.diverge_factor times its first value. That is a result, not an error: the charts show "
+                   f"the run up to there. Try a smaller learning rate, a smaller tau, or another init.",
+                   icon=":material/trending_up:")
+    elif view.status == "error":
+        st.error(f"The run failed: {view.error}", icon=":material/error:")
+    elif view.status == "finished":
+        final = view.history[-1] if view.history else {}
+        shown = " · ".join(f"{k} {v:.4g}" for k, v in final.items() if k not in ("step", "time"))
+        st.success(f"Finished {view.steps_done} steps: {shown}", icon=":material/check_circle:")
+
+
+def empty_loss_chart() -> None:
+    """Empty axes where the loss will be: they also make the browser load plotly.js before the first run."""
+    fig = plots.loss_curves([{"label": "no run yet", "history": []}], title="Loss (press Train)")
+    figures.show(fig, key="train-loss", downloads=False)
+
+
+def show_charts(view) -> None:
+    if not view.history:
+        st.caption("Waiting for the first logged step...")
+        empty_loss_chart()
+        return
+    figures.show(plots.loss_curves([view.as_run()], title=f"{view.label}: loss"), key="train-loss",
+                 name="train-loss")
+    heat, probe_col = st.columns(2)
+    with heat:
+        coefficients = view.probes.get(LIVE_PROBE)
+        if coefficients is not None:
+            fig = plots.coefficient_heatmap(coefficients[heatmap_basis],
+                                            f"Shortcut coefficients ({heatmap_basis}) at step {view.probe_step}",
+                                            log_ratio=heatmap_basis == "log_ratio")
+            figures.show(fig, key="train-heatmap", name="shortcut-coefficients")
+    with probe_col:
+        result = view.probes.get(probe_name)
+        if result is not None:
+            for i, fig in enumerate(plots.probe_figures(probe_name, result, f"step {view.probe_step}")):
+                figures.show(fig, key=f"train-probe-{i}", name=f"{probe_name}-{i}")
+
+
+active = bool(current_job() and current_job().view().active)
+st.session_state["train-active"] = active
+st.fragment(run_every=REFRESH_S if active else None)(live_view)()
+
+# ---- downloads ---------------------------------------------------------------------------------
+st.divider()
+cols = st.columns(3)
+if spec is not None:
+    cols[0].download_button("Spec (JSON)", spec.to_json(), file_name="spec.json", mime="application/json",
+                            key="train-download-spec", on_click="ignore", icon=":material/download:")
+job = current_job()
+run_id = job.view().run_id if job else None
+if run_id and not job.view().active:
+    record = state.store().get(run_id, arrays=False)
+    cols[1].download_button("Run (JSON)", json.dumps(record, indent=2, default=str), file_name=f"run-{run_id[:8]}.json",
+                            mime="application/json", key="train-download-run-json", on_click="ignore",
+                            icon=":material/download:")
+    table = io.StringIO()
+    columns = sorted({key for row in record["history"] for key in row}, key=lambda k: (k != "step", k))
+    writer = csv.DictWriter(table, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(record["history"])
+    cols[2].download_button("History (CSV)", table.getvalue(), file_name=f"run-{run_id[:8]}.csv", mime="text/csv",
+                            key="train-download-run-csv", on_click="ignore", icon=":material/download:")
+    st.caption(f"Saved in the run store as **{run_id[:8]}** (open it on the Inside page, or "
+               f"`explorer runs show {run_id[:8]}`). Shareable set-up: `?{urllib.parse.unquote(spec.to_query()) if spec else ''}`")

@@ -1,0 +1,176 @@
+"""The Compare page (AppTest): launching a grid that fills in, refusing bad grids, overlaying stored runs."""
+
+import base64
+import json
+import time
+import urllib.parse
+
+import numpy as np
+
+import explorer
+
+FAST_PRESET = "idinit-fig5-idiz"  # digits, a 4-layer MLP: about a second for 20 steps
+
+
+def charts(at) -> dict[str, dict]:
+    """Every plotly chart on the page by its title."""
+    specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    return {spec["layout"]["title"]["text"]: spec for spec in specs}
+
+
+def solid_lines(chart: dict) -> dict[str, dict]:
+    """The loss (not validation) line of each run, by its legend name."""
+    return {trace["name"]: trace for trace in chart["data"]
+            if trace.get("mode") == "lines" and "dash" not in trace.get("line", {})}
+
+
+def values(data) -> np.ndarray:
+    """A chart's array: a plain list, or plotly's base64 form {"dtype", "bdata", "shape"}."""
+    if isinstance(data, dict):
+        flat = np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"])
+        return flat.reshape([int(n) for n in str(data.get("shape", len(flat))).split(",")])
+    return np.array(data, dtype=float)
+
+
+def lower_triangle(matrix) -> np.ndarray:
+    z = values(matrix)
+    return z[np.tril_indices(len(z))]
+
+
+def set_up_grid(at, topologies: list[str], steps: int = 20):
+    at.selectbox(key="compare-preset").set_value(FAST_PRESET).run()
+    at.multiselect(key="compare-topologies").set_value(topologies)
+    at.number_input(key=f"compare-steps:{FAST_PRESET}").set_value(steps)
+    return at.run()
+
+
+def wait_for_grid(at, timeout: float = 60.0):
+    deadline = time.time() + timeout
+    while any(job.view().active for job in at.session_state["compare-grid"]["jobs"]):
+        assert time.time() < deadline, "the grid did not finish in time"
+        time.sleep(0.3)
+    return at.run()
+
+
+def test_an_empty_store_shows_what_to_do(open_page):
+    at = open_page("compare")
+    assert not at.exception
+    assert any("has not started any runs" in info.value for info in at.info)
+    assert not at.get("plotly_chart")
+    at.toggle(key="compare-all-runs").set_value(True).run()
+    assert not at.exception
+    assert any("run store is empty" in info.value for info in at.info)
+
+
+def test_a_grid_queues_beyond_the_limit_trains_and_fills_the_comparison(open_page, monkeypatch):
+    monkeypatch.setenv("EXPLORER_MAX_JOBS", "1")
+    at = set_up_grid(open_page("compare"), ["cascaded", "none"])
+    assert at.button(key="compare-launch").label == "Launch 2 runs"
+    at.button(key="compare-launch").click().run()
+    assert not at.exception
+    assert any("wait for a training slot" in info.value for info in at.info)  # one trains, one waits
+
+    at = wait_for_grid(at)
+    assert not at.exception
+    stored = {record["label"]: explorer.RunStore().get(record["id"]) for record in explorer.RunStore().list()}
+    assert sorted(stored) == ["grid 1: cascaded seed 0", "grid 1: none seed 0"]
+    for label, record in stored.items():
+        assert record["status"] == "finished" and record["steps_done"] == 20
+        assert record["spec"]["topology"]["name"] == label.split()[2]
+    assert at.get("progress")[0].proto.value == 100
+
+    shown = charts(at)
+    for title in ("Grid 1: training loss", "Compare: training loss"):
+        lines = solid_lines(shown[title])
+        assert sorted(lines) == sorted(stored)
+        for label, trace in lines.items():
+            assert trace["y"] == [row["loss"] for row in stored[label]["history"]]
+    heatmaps = {title.split(": unrolled")[0]: chart for title, chart in shown.items() if ": unrolled at step" in title}
+    assert sorted(heatmaps) == sorted(stored)
+    for label, chart in heatmaps.items():
+        recorded = [p for p in stored[label]["probes"] if p["name"] == "coefficients"][-1]["result"]["unrolled"]
+        np.testing.assert_allclose(lower_triangle(chart["data"][0]["z"]), lower_triangle(recorded))
+    spectra = [chart for title, chart in shown.items() if title.startswith("Input-output Jacobian spectra")][0]
+    assert sorted(trace["name"] for trace in spectra["data"]) == sorted(stored)
+    for trace in spectra["data"]:
+        recorded = [p for p in stored[trace["name"]]["probes"] if p["name"] == "jacobian"][-1]["result"]
+        np.testing.assert_allclose(values(trace["y"]), recorded["singular_values"][0])
+
+    other = open_page("compare")  # another browser session: its own (empty) list of runs
+    assert any("has not started any runs" in info.value for info in other.info)
+
+
+def test_a_grid_above_the_cap_or_with_an_invalid_value_is_refused(open_page):
+    at = set_up_grid(open_page("compare"), ["cascaded", "none", "tau", "shortcuts", "ancre"])
+    at.number_input(key="compare-seeds").set_value(3).run()
+    assert not at.exception
+    assert any("15 runs" in error.value and "at most 12" in error.value for error in at.error)
+    assert at.button(key="compare-launch").disabled
+
+    at.number_input(key="compare-seeds").set_value(1)
+    at.multiselect(key="compare-topologies").set_value(["cascaded", "dca"]).run()
+    assert not at.exception
+    assert any("topology.name" in error.value and "Transformers" in error.value for error in at.error)
+    assert at.button(key="compare-launch").disabled
+
+    at.radio(key="compare-axes").set_value("depth x tau").run()
+    at.multiselect(key="compare-depths").set_value(["4", "abc"]).run()
+    assert not at.exception
+    assert any("model.depth" in error.value for error in at.error)
+    assert at.button(key="compare-launch").disabled
+
+    at.multiselect(key="compare-depths").set_value(["4", "6"]).run()
+    assert not at.error
+    assert at.button(key="compare-launch").label == "Launch 6 runs"  # 2 depths x the 3 tau rules
+    assert not at.button(key="compare-launch").disabled
+    assert explorer.RunStore().list() == []
+
+
+def test_overlaying_stored_runs_draws_each_and_marks_divergence(open_page):
+    fast = explorer.preset(FAST_PRESET).with_values({"train.steps": 10})
+    diverging = explorer.preset("tau-fig1-1/L").with_values({"topology.name": "cascaded", "train.steps": 20})
+    runs = {
+        "a": explorer.train(fast, callbacks=[explorer.StoreRecorder(label="a")]),
+        "b": explorer.train(fast.with_values({"topology.name": "none"}), callbacks=[explorer.StoreRecorder(label="b")]),
+        "c": explorer.train(diverging, callbacks=[explorer.StoreRecorder(label="c")]),
+    }
+    assert runs["c"].status == "diverged"
+    stored = {record["label"]: explorer.RunStore().get(record["id"]) for record in explorer.RunStore().list()}
+
+    at = open_page("compare")
+    at.toggle(key="compare-all-runs").set_value(True).run()
+    assert not at.exception
+    assert sorted(at.multiselect(key="compare-runs").value) == sorted(record["id"] for record in stored.values())
+
+    shown = charts(at)
+    lines = solid_lines(shown["Compare: training loss"])
+    diverged_at = stored["c"]["diverged_at"]
+    assert sorted(lines) == ["a", "b", f"c (diverged at step {diverged_at})"]
+    assert lines["a"]["y"] == [row["loss"] for row in stored["a"]["history"]]
+    assert any(f"**c** at step {diverged_at}" in info.value for info in at.info)
+    assert not at.error
+
+    # no probes were recorded: the heatmaps and spectra come from each run's checkpoint
+    heatmaps = [title for title in shown if ": unrolled at step" in title]
+    assert sorted(heatmaps) == ["a: unrolled at step 10", "b: unrolled at step 10",
+                                f"c: unrolled at step {stored['c']['steps_done']}"]  # where it stopped
+    spectra = [chart for title, chart in shown.items() if title.startswith("Input-output Jacobian spectra")][0]
+    by_label = {trace["name"]: values(trace["y"]) for trace in spectra["data"]}
+    assert sorted(by_label) == ["a", "b"]  # c's weights are not finite after diverging: said, not drawn
+    assert any("No Jacobian spectrum for c:" in caption.value for caption in at.caption)
+    for label in ("a", "b"):
+        run = runs[label]
+        expected = explorer.probe(run.model, run.data.x_val[:8], "jacobian", max_inputs=1)["singular_values"][0]
+        np.testing.assert_allclose(by_label[label], expected, rtol=1e-6)
+
+
+def test_the_grid_starts_from_the_train_pages_set_up(open_page):
+    spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"model.depth": 7, "train.steps": 40})
+    at = open_page("train", query=dict(urllib.parse.parse_qsl(spec.to_query())))
+    at.switch_page("views/compare.py").run()
+    assert not at.exception
+    assert at.radio(key="compare-base").value == "the Train page's set-up"
+    assert any("mlp-resnet depth 7" in caption.value and "40 steps" in caption.value for caption in at.caption)
+    at.radio(key="compare-axes").set_value("depth x tau").run()
+    assert at.multiselect(key="compare-depths").value == ["7"]
+    assert at.button(key="compare-launch").label == "Launch 3 runs"  # depth 7 x the 3 tau rules

@@ -1,0 +1,60 @@
+"""The Inside page (AppTest): probing a stored run's weights and scrubbing its recorded probes."""
+
+import json
+
+import numpy as np
+
+import explorer
+from conftest import plotly_array
+
+
+def stored_run(spec, **probes):
+    run = explorer.train(spec, callbacks=[explorer.StoreRecorder(label="stored")], probes=probes or None, probe_every=2)
+    return run, explorer.RunStore().list()[0]["id"]
+
+
+def test_an_empty_store_says_what_to_do(open_page):
+    at = open_page("inside")
+    assert not at.exception
+    assert "Train" in at.info[0].value
+
+
+def test_probes_read_the_stored_weights(open_page):
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 5, "train.steps": 12})
+    run, run_id = stored_run(spec)
+    at = open_page("inside")
+    at.toggle(key="inside-all").set_value(True).run()
+    at.multiselect(key="inside-probes").set_value(["jacobian", "norms"]).run()
+    at.slider(key="inside-inputs").set_value(4).run()
+    at.button(key="inside-run-probes").click().run()
+    assert not at.exception
+    expected = explorer.probe(run.model.eval(), run.data.x_val[:4], "jacobian")
+    assert f"mean chi {expected['chi'].mean():.4g}" in [c.value for c in at.caption]
+    spectra = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+    first = next(s for s in spectra if "Jacobian spectrum" in s["layout"]["title"]["text"])
+    assert np.allclose(plotly_array(first["data"][0]["y"]), expected["singular_values"][0], rtol=1e-5)
+    assert any("norms by block" in s["layout"]["title"]["text"] for s in spectra)
+
+
+def test_a_probe_that_does_not_apply_is_a_warning(open_page):
+    stored_run(explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 3, "train.steps": 4, "train.log_every": 2}))
+    at = open_page("inside")
+    at.toggle(key="inside-all").set_value(True).run()
+    at.multiselect(key="inside-probes").set_value(["attention"]).run()
+    at.button(key="inside-run-probes").click().run()
+    assert not at.exception
+    assert any("attention does not apply" in w.value for w in at.warning)
+
+
+def test_recorded_probes_can_be_scrubbed_by_step(open_page):
+    spec = explorer.preset("ancre-fig2c-ancre").with_values({"train.steps": 6, "train.log_every": 2})
+    run, _ = stored_run(spec, coefficients={})
+    at = open_page("inside")
+    at.toggle(key="inside-all").set_value(True).run()
+    steps = at.select_slider(key="inside-recorded-step").options
+    assert [int(s) for s in steps] == sorted({row["step"] for row in run.probe_history})
+    at.select_slider(key="inside-recorded-step").set_value(steps[0]).run()
+    heatmap = json.loads(at.get("plotly_chart")[-1].proto.spec)
+    first = next(row["result"]["unrolled"] for row in run.probe_history if row["step"] == int(steps[0]))
+    z = plotly_array(heatmap["data"][0]["z"])
+    assert np.allclose(np.nan_to_num(z), np.nan_to_num(np.where(np.tril(np.ones_like(first)) > 0, first, np.nan)))

@@ -1,0 +1,105 @@
+"""The app's background jobs, server limits and upload rules (no Streamlit needed)."""
+
+import time
+
+import pytest
+
+import explorer
+from explorer.nn.models import parameter_count
+from explorer_app import jobs, limits
+
+SPEC = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 4, "train.steps": 40, "train.log_every": 5})
+
+
+def wait_for(predicate, timeout=30.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def test_a_job_trains_records_and_matches_a_plain_run():
+    queue = jobs.JobQueue(1, store=explorer.RunStore())
+    job = queue.submit(SPEC, "a", probes={"coefficients": {}}, probe_every=10)
+    view = jobs.wait(job)
+    plain = explorer.train(SPEC)
+    assert view.status == "finished" and view.steps_done == 40
+    assert [row["loss"] for row in view.history] == [row["loss"] for row in plain.history]
+    assert view.probe_step == 40 and set(view.probes) == {"coefficients"}
+    assert explorer.RunStore().get(view.run_id)["status"] == "finished"
+
+
+def test_the_queue_runs_at_most_max_jobs_in_submission_order():
+    queue = jobs.JobQueue(1)
+    first = queue.submit(SPEC, "first", record=False)
+    first.pause()
+    wait_for(lambda: first.view().status == "paused")
+    second = queue.submit(SPEC, "second", record=False)
+    third = queue.submit(SPEC, "third", record=False)
+    time.sleep(0.3)
+    assert (second.view().status, second.view().queue_position) == ("queued", 1)
+    assert (third.view().status, third.view().queue_position) == ("queued", 2)
+    assert queue.counts() == (1, 2)
+    third.stop()  # leaves the queue without running
+    first.resume()
+    assert jobs.wait(third).status == "cancelled"
+    assert jobs.wait(first).status == "finished" and jobs.wait(second).status == "finished"
+
+
+def test_pause_step_and_stop_act_at_logged_steps():
+    job = jobs.JobQueue(1).submit(SPEC, "p", record=False)
+    job.pause()
+    wait_for(lambda: job.view().status == "paused" and job.view().history)
+    held = job.view().steps_done
+    time.sleep(0.3)
+    assert job.view().steps_done == held  # paused means no training
+    job.step()
+    wait_for(lambda: job.view().status == "paused" and job.view().steps_done == held + 5)
+    step, state = job.model_state()
+    assert step == held + 5 and set(state) == set(explorer.build(SPEC)[0].state_dict())
+    job.stop()
+    view = jobs.wait(job)
+    assert view.status == "stopped" and view.steps_done == held + 5
+
+
+def test_a_failing_run_is_an_error_message_not_a_crash(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(explorer, "train", broken)
+    view = jobs.wait(jobs.JobQueue(1).submit(SPEC, "x", record=False))
+    assert view.status == "error" and view.error == "RuntimeError: out of memory"
+
+
+def test_limits_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("EXPLORER_MAX_JOBS", "3")
+    monkeypatch.setenv("EXPLORER_MAX_PARAMS", "1000")
+    caps = limits.limits()
+    assert caps.max_jobs == 3 and caps.max_params == 1000 and caps.max_steps == 20_000
+    with pytest.raises(explorer.SpecError) as refused:
+        limits.check_spec(SPEC, caps)
+    assert refused.value.path == "model.width"
+    assert f"this model has {parameter_count(SPEC):,} parameters" in refused.value.message
+    assert "EXPLORER_MAX_PARAMS" in refused.value.message
+    monkeypatch.setenv("EXPLORER_MAX_JOBS", "zero")
+    with pytest.raises(limits.LimitError, match="EXPLORER_MAX_JOBS='zero' is not valid.*positive integer"):
+        limits.limits()
+
+
+def test_parameter_caps_count_the_real_model():
+    for name in ("tau-fig1-1/sqrt(L)", "skip-table1-skip", "dca-table7-dca"):
+        spec = explorer.preset(name)
+        assert parameter_count(spec) == sum(p.numel() for p in explorer.build(spec, device="cpu")[0].parameters())
+
+
+def test_data_files_are_read_only_from_the_data_folders(tmp_path, monkeypatch):
+    caps = limits.limits()
+    outside = tmp_path / "corpus.txt"
+    outside.write_text("hello world, " * 1000)
+    spec = explorer.ExperimentSpec.default().with_values({"data.name": "text", "data.path": str(outside), "model.name": "gpt"})
+    with pytest.raises(explorer.SpecError, match="data.path: the app reads data only from"):
+        limits.check_spec(spec, caps)
+    monkeypatch.setenv("EXPLORER_DATA_DIR", str(tmp_path))
+    limits.check_spec(spec, caps)

@@ -1,0 +1,132 @@
+"""The Train page (AppTest): form <-> spec <-> URL, training a run live, refusals and divergence."""
+
+import json
+import time
+import urllib.parse
+
+import pytest
+
+import explorer
+
+FAST = {"train.steps": 30, "train.log_every": 5, "model.depth": 6}
+
+
+def query_of(spec) -> dict[str, str]:
+    return dict(urllib.parse.parse_qsl(spec.to_query()))
+
+
+def spec_of(at) -> explorer.ExperimentSpec:
+    """The spec the page wrote to its URL."""
+    return explorer.ExperimentSpec.from_query({key: at.query_params[key] for key in at.query_params})
+
+
+def train_until_done(at, timeout: float = 90.0):
+    at.button(key="train-start").click().run()
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        job = at.session_state["train-job"]
+        if not job.view().active:
+            break
+        time.sleep(0.3)
+    at.run()
+    return at.session_state["train-job"].view()
+
+
+def charts(at) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
+def test_widgets_write_the_spec_to_the_url(open_page):
+    at = open_page("train")
+    assert not at.exception
+    at.selectbox(key="spec:model.name").set_value("mlp-resnet").run()
+    at.number_input(key="spec:model.mlp-resnet.depth").set_value(12).run()
+    at.selectbox(key="spec:topology.name").set_value("tau").run()
+    at.selectbox(key="spec:topology.tau.value:mode").set_value("1/L").run()
+    at.number_input(key="spec:optim.adam.lr").set_value(0.01).run()
+    expected = explorer.ExperimentSpec.default().with_values(
+        {"model.name": "mlp-resnet", "model.depth": 12, "topology.name": "tau", "topology.value": "1/L", "optim.lr": 0.01})
+    assert not at.exception
+    assert spec_of(at).to_dict() == expected.to_dict()
+
+
+def test_a_shared_url_sets_up_the_same_experiment(open_page):
+    spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"model.depth": 17, "train.seed": 3})
+    at = open_page("train", query=query_of(spec))
+    assert not at.exception
+    assert at.selectbox(key="spec:model.name").value == "mlp-resnet"
+    assert at.number_input(key="spec:model.mlp-resnet.depth").value == 17
+    assert at.selectbox(key="spec:topology.tau.value:mode").value == "1/L^0.25"
+    assert at.number_input(key="spec:train.-.seed").value == 3
+    assert spec_of(at).to_dict() == spec.to_dict()
+
+
+def test_a_preset_link_loads_the_preset(open_page):
+    at = open_page("train", query={"preset": "ancre-fig2c-ancre"})
+    assert spec_of(at).to_dict() == explorer.preset("ancre-fig2c-ancre").to_dict()
+    assert at.selectbox(key="spec:topology.name").value == "ancre"
+
+
+def test_an_invalid_link_says_so_and_keeps_a_valid_form(open_page):
+    at = open_page("train", query={"model.depth": "0"})
+    assert not at.exception
+    assert any("model.depth" in e.value and "not valid" in e.value for e in at.error)
+    assert not at.button(key="train-start").disabled
+
+
+def test_train_produces_a_stored_run_with_loss_chart_and_heatmap(open_page):
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values(FAST)
+    at = open_page("train", query=query_of(spec))
+    view = train_until_done(at)
+    assert not at.exception
+    assert view.status == "finished" and view.steps_done == 30
+    titles = [c["layout"]["title"]["text"] for c in charts(at)]
+    assert any("loss" in t for t in titles), titles
+    assert any("Shortcut coefficients" in t for t in titles), titles
+    loss = next(c for c in charts(at) if "loss" in c["layout"]["title"]["text"])
+    assert loss["data"][0]["customdata"] == [row["step"] for row in view.history]
+    record = explorer.RunStore().get(view.run_id)
+    assert record["status"] == "finished"
+    assert [row["step"] for row in record["history"]] == [row["step"] for row in view.history]
+    assert {row["name"] for row in record["probes"]} == {"coefficients", "jacobian"}
+    assert "Finished 30 steps" in at.success[0].value
+    assert {"Spec (JSON)", "Run (JSON)", "History (CSV)"} <= {b.proto.label for b in at.get("download_button")}
+
+
+def test_a_bad_combination_shows_the_message_and_disables_train(open_page):
+    at = open_page("train")
+    at.selectbox(key="spec:topology.name").set_value("skipless").run()
+    assert not at.exception
+    with pytest.raises(explorer.SpecError) as expected:
+        explorer.ExperimentSpec.default().with_values({"topology.name": "skipless"})
+    messages = [e.value for e in at.error]
+    assert any(expected.value.message in m and expected.value.path in m for m in messages), messages
+    assert at.button(key="train-start").disabled
+
+
+def test_server_caps_refuse_too_many_steps(open_page, monkeypatch):
+    monkeypatch.setenv("EXPLORER_MAX_STEPS", "100")
+    at = open_page("train")
+    at.number_input(key="spec:train.-.steps").set_value(500).run()
+    assert any("train.steps" in e.value and "EXPLORER_MAX_STEPS" in e.value for e in at.error)
+    assert at.button(key="train-start").disabled
+
+
+def test_a_probe_that_does_not_apply_is_refused_before_training(open_page):
+    at = open_page("train")
+    at.selectbox(key="train-probe").set_value("attention").run()
+    at.button(key="train-start").click().run()
+    assert not at.exception
+    assert "train-job" not in at.session_state
+    assert any("attention" in w.value and "does not apply" in w.value for w in at.warning)
+
+
+def test_a_diverging_run_is_shown_as_diverged(open_page):
+    spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"model.depth": 30, "train.steps": 40, "train.log_every": 1})
+    at = open_page("train", query=query_of(spec))
+    view = train_until_done(at)
+    reference = explorer.train(spec)
+    assert reference.status == "diverged"
+    assert view.status == "diverged" and view.diverged_at == reference.diverged_at
+    assert not at.exception
+    assert any(f"Diverged at step {reference.diverged_at}" in w.value for w in at.warning)
