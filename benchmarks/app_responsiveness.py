@@ -99,8 +99,10 @@ def train_page_url(base: str, spec: explorer.ExperimentSpec) -> str:
 
 
 def wait_ready(page, timeout_ms: int = 60_000) -> None:
-    page.locator(".st-key-train-start button").wait_for(timeout=timeout_ms)
-    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout_ms)
+    """Wait until the Train page has run: one Train button (a rerun briefly shows the old one too) and no
+    "running" indicator."""
+    page.wait_for_function("() => document.querySelectorAll('.st-key-train-start button').length === 1 && "
+                           "!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout_ms)
 
 
 def exceptions(page) -> int:

@@ -96,6 +96,11 @@ def _axis_title(text: str, log: bool) -> str:
     return f"{text} (log scale)" if log else text
 
 
+def _line_mode(values: Sequence[Any]) -> str:
+    """A lone point draws no line: give it a marker so a run logged once (or diverged early) is visible."""
+    return "lines+markers" if len(values) == 1 else "lines"
+
+
 def _finish(fig: go.Figure, title: str, **layout: Any) -> go.Figure:
     fig.update_layout(template=TEMPLATE, title=dict(text=title), **layout)
     return fig
@@ -214,14 +219,14 @@ def loss_curves(
             name = label
         steps, values = _series(history, metric, log_y)
         fig.add_trace(go.Scatter(
-            x=[s + shift for s in steps], y=values, customdata=steps, mode="lines", name=name,
+            x=[s + shift for s in steps], y=values, customdata=steps, mode=_line_mode(values), name=name,
             legendgroup=label, line=dict(color=color),
             hovertemplate=f"step %{{customdata}}<br>{metric} %{{y:{_FMT}}}<extra>{label}</extra>",
         ))
         val_steps, val_values = _series(history, val_key, log_y)
         if show_val and val_values:
             fig.add_trace(go.Scatter(
-                x=[s + shift for s in val_steps], y=val_values, customdata=val_steps, mode="lines",
+                x=[s + shift for s in val_steps], y=val_values, customdata=val_steps, mode=_line_mode(val_values),
                 name=f"{label} ({val_key})", legendgroup=label, line=dict(color=color, dash="dash"),
                 hovertemplate=f"step %{{customdata}}<br>{val_key} %{{y:{_FMT}}}<extra>{label}</extra>",
             ))

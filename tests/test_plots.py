@@ -358,3 +358,10 @@ def test_png_export_works_or_names_the_fix(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     path = plots.export(fig, tmp_path / "fig.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_run_with_a_single_logged_point_is_drawn_with_a_marker():
+    fig = plots.loss_curves([{"label": "short", "history": [{"step": 0, "loss": 2.0, "val_loss": 2.1}]},
+                             {"label": "long", "history": [{"step": 0, "loss": 2.0}, {"step": 5, "loss": 1.0}]}])
+    modes = {trace.name: trace.mode for trace in fig.data}
+    assert modes == {"short": "lines+markers", "short (val_loss)": "lines+markers", "long": "lines"}

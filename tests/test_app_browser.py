@@ -1,0 +1,84 @@
+"""The app in a real browser: Streamlit on a loopback port, driven by Playwright with Debian's Chromium.
+
+Trains a preset from the Train page and waits for its loss chart and heatmap, checks there is no
+exception box, saves a screenshot (into the test's folder, and into EXPLORER_SCREENSHOT_DIR when set:
+the README's screenshot comes from there) and opens a shared URL. The timings it sees (click -> first
+loss point, chart refreshes per second, a click's answer) are written to the test's folder and printed;
+benchmarks/app_responsiveness.py reports them against a plain PyTorch reference.
+CI (CI=true) must have Chromium and Playwright: there a missing one fails the test instead of skipping it.
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+import explorer
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import app_responsiveness as browsing  # noqa: E402  (the server and browser drivers, shared with the benchmark)
+
+MISSING = [what for what, ok in (("Chromium", Path(browsing.CHROMIUM).exists()),
+                                 ("playwright", importlib.util.find_spec("playwright") is not None)) if not ok]
+if MISSING and os.environ.get("CI") != "true":
+    pytest.skip(f"needs {' and '.join(MISSING)} (apt-get install chromium; pip install playwright)",
+                allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    assert not MISSING, f"CI needs {' and '.join(MISSING)} for the browser test"
+    root = tmp_path_factory.mktemp("app")
+    with browsing.serve(root / "home") as base, browsing.browser(root / "profile") as page:
+        yield base, page, root / "home"
+
+
+def test_training_a_preset_shows_the_loss_and_the_heatmap(app, tmp_path):
+    base, page, home = app
+    spec = explorer.preset(browsing.PRESET).with_values({"train.steps": 200, "train.log_every": 5})
+    seen = browsing.measure(page, base, spec, sample_s=2.0)
+    print(json.dumps({k: v for k, v in seen.items() if k != "chart_titles"}, indent=1))
+    (tmp_path / "timings.json").write_text(json.dumps(seen, indent=2))
+    assert seen["exceptions"] == 0
+    assert any(": loss" in title for title in seen["chart_titles"]), seen["chart_titles"]
+    assert any("Shortcut coefficients" in title for title in seen["chart_titles"]), seen["chart_titles"]
+    assert page.get_by_text("Finished 200 steps").count() == 1
+    runs = explorer.RunStore(home).list()
+    assert [run["status"] for run in runs] == ["finished"] and runs[0]["steps_done"] == 200
+    shot = tmp_path / "train-page.png"
+    page.screenshot(path=str(shot))
+    assert shot.stat().st_size > 10_000
+    if os.environ.get("EXPLORER_SCREENSHOT_DIR"):
+        shutil.copy(shot, Path(os.environ["EXPLORER_SCREENSHOT_DIR"]) / "train-page.png")
+
+
+def test_a_shared_url_carries_its_values_into_the_widgets(app):
+    base, page, _ = app
+    spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"model.depth": 17, "optim.lr": 0.05})
+    page.goto(browsing.train_page_url(base, spec))
+    browsing.wait_ready(page)
+    depth = page.locator(".st-key-spec-model-mlp-resnet-depth input")
+    assert depth.input_value() == "17"
+    assert page.locator(".st-key-spec-optim-sgd-lr input").input_value() == "0.05"
+    assert page.locator(".st-key-spec-topology-tau-value-mode input").input_value() == "1/L^0.25"
+    assert browsing.exceptions(page) == 0
+
+
+def test_a_bad_combination_shows_the_message_and_disables_train(app):
+    base, page, _ = app
+    page.goto(f"{base}/?model=mlp")
+    browsing.wait_ready(page)
+    page.locator(".st-key-spec-topology-name").click()
+    page.keyboard.type("skipless")
+    page.keyboard.press("Enter")
+    with pytest.raises(explorer.SpecError) as expected:
+        explorer.ExperimentSpec.from_query("model=mlp&topology=skipless")
+    page.get_by_text(expected.value.message[:60]).first.wait_for(timeout=30_000)
+    page.wait_for_function("() => Array.from(document.querySelectorAll('.st-key-train-start button'))"
+                           ".every(button => button.disabled)", timeout=30_000)
+    assert browsing.exceptions(page) == 0
