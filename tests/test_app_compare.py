@@ -1,6 +1,5 @@
 """The Compare page (AppTest): launching a grid that fills in, refusing bad grids, overlaying stored runs."""
 
-import base64
 import json
 import time
 import urllib.parse
@@ -8,6 +7,7 @@ import urllib.parse
 import numpy as np
 
 import explorer
+from conftest import plotly_array
 
 FAST_PRESET = "idinit-fig5-idiz"  # digits, a 4-layer MLP: about a second for 20 steps
 
@@ -21,19 +21,11 @@ def charts(at) -> dict[str, dict]:
 def solid_lines(chart: dict) -> dict[str, dict]:
     """The loss (not validation) line of each run, by its legend name."""
     return {trace["name"]: trace for trace in chart["data"]
-            if trace.get("mode") == "lines" and "dash" not in trace.get("line", {})}
-
-
-def values(data) -> np.ndarray:
-    """A chart's array: a plain list, or plotly's base64 form {"dtype", "bdata", "shape"}."""
-    if isinstance(data, dict):
-        flat = np.frombuffer(base64.b64decode(data["bdata"]), dtype=data["dtype"])
-        return flat.reshape([int(n) for n in str(data.get("shape", len(flat))).split(",")])
-    return np.array(data, dtype=float)
+            if trace.get("mode") in ("lines", "lines+markers") and "dash" not in trace.get("line", {})}
 
 
 def lower_triangle(matrix) -> np.ndarray:
-    z = values(matrix)
+    z = plotly_array(matrix)
     return z[np.tril_indices(len(z))]
 
 
@@ -94,7 +86,7 @@ def test_a_grid_queues_beyond_the_limit_trains_and_fills_the_comparison(open_pag
     assert sorted(trace["name"] for trace in spectra["data"]) == sorted(stored)
     for trace in spectra["data"]:
         recorded = [p for p in stored[trace["name"]]["probes"] if p["name"] == "jacobian"][-1]["result"]
-        np.testing.assert_allclose(values(trace["y"]), recorded["singular_values"][0])
+        np.testing.assert_allclose(plotly_array(trace["y"]), recorded["singular_values"][0])
 
     other = open_page("compare")  # another browser session: its own (empty) list of runs
     assert any("has not started any runs" in info.value for info in other.info)
@@ -155,7 +147,7 @@ def test_overlaying_stored_runs_draws_each_and_marks_divergence(open_page):
     assert sorted(heatmaps) == ["a: unrolled at step 10", "b: unrolled at step 10",
                                 f"c: unrolled at step {stored['c']['steps_done']}"]  # where it stopped
     spectra = [chart for title, chart in shown.items() if title.startswith("Input-output Jacobian spectra")][0]
-    by_label = {trace["name"]: values(trace["y"]) for trace in spectra["data"]}
+    by_label = {trace["name"]: plotly_array(trace["y"]) for trace in spectra["data"]}
     assert sorted(by_label) == ["a", "b"]  # c's weights are not finite after diverging: said, not drawn
     assert any("No Jacobian spectrum for c:" in caption.value for caption in at.caption)
     for label in ("a", "b"):

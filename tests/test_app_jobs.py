@@ -3,6 +3,7 @@
 import time
 
 import pytest
+import torch
 
 import explorer
 from explorer.nn.models import parameter_count
@@ -103,3 +104,15 @@ def test_data_files_are_read_only_from_the_data_folders(tmp_path, monkeypatch):
         limits.check_spec(spec, caps)
     monkeypatch.setenv("EXPLORER_DATA_DIR", str(tmp_path))
     limits.check_spec(spec, caps)
+
+
+def test_jobs_share_the_cores_without_oversubscribing(monkeypatch):
+    assert [jobs.threads_per_job(max_jobs, cores=8) for max_jobs in (1, 2, 3, 8)] == [7, 3, 2, 1]
+    assert jobs.threads_per_job(2, cores=2) == 1 and jobs.threads_per_job(1, cores=1) == 1
+    seen = []
+    train = explorer.train
+    monkeypatch.setattr(explorer, "train", lambda *a, **k: (seen.append(torch.get_num_threads()), train(*a, **k))[1])
+    queue = jobs.JobQueue(1)
+    queue.threads = 3
+    assert jobs.wait(queue.submit(SPEC.with_values({"train.steps": 5}), "t", record=False)).status == "finished"
+    assert seen == [3]

@@ -1,23 +1,16 @@
 """The Theory page: it renders, and every slider moves the plotted numbers the way explorer.theory says."""
 
-import base64
 import json
 
 import numpy as np
 import pytest
 
+from conftest import plotly_array
 from explorer import theory
 from explorer.topology import depth_rule
 
 CHARTS = ("theory-dca-gains", "theory-dca-thresholds", "theory-dca-fig5-left", "theory-dca-fig5-right",
           "theory-tau-layers", "theory-tau-depths", "theory-skip-softmax", "theory-skip-mimetic")
-
-
-def _array(values) -> np.ndarray:
-    """A plotly data array from the figure JSON: a plain list (None for gaps) or base64 typed-array {dtype, bdata}."""
-    if isinstance(values, dict):
-        return np.frombuffer(base64.b64decode(values["bdata"]), dtype=np.dtype(values["dtype"])).astype(float)
-    return np.array([np.nan if v is None else v for v in values], dtype=float)
 
 
 def chart(at, key: str) -> dict:
@@ -28,7 +21,7 @@ def chart(at, key: str) -> dict:
 
 
 def lines(fig: dict) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    return {trace["name"]: (_array(trace["x"]), _array(trace["y"])) for trace in fig["data"]}
+    return {trace["name"]: (plotly_array(trace["x"]), plotly_array(trace["y"])) for trace in fig["data"]}
 
 
 def metric(at, label: str) -> str:

@@ -112,13 +112,14 @@ def test_server_caps_refuse_too_many_steps(open_page, monkeypatch):
     assert at.button(key="train-start").disabled
 
 
-def test_a_probe_that_does_not_apply_is_refused_before_training(open_page):
-    at = open_page("train")
+def test_a_probe_that_does_not_apply_is_left_out_with_a_note(open_page):
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values(FAST)
+    at = open_page("train", query=query_of(spec))
     at.selectbox(key="train-probe").set_value("attention").run()
-    at.button(key="train-start").click().run()
+    view = train_until_done(at)
     assert not at.exception
-    assert "train-job" not in at.session_state
-    assert any("attention" in w.value and "does not apply" in w.value for w in at.warning)
+    assert view.status == "finished" and set(view.probes) == {"coefficients"}
+    assert any("without the live probe **attention**" in w.value for w in at.warning)
 
 
 def test_a_diverging_run_is_shown_as_diverged(open_page):
@@ -130,3 +131,29 @@ def test_a_diverging_run_is_shown_as_diverged(open_page):
     assert view.status == "diverged" and view.diverged_at == reference.diverged_at
     assert not at.exception
     assert any(f"Diverged at step {reference.diverged_at}" in w.value for w in at.warning)
+
+
+def test_every_registry_entry_is_offered_by_the_form(open_page):
+    at = open_page("train")
+    for section, kind in (("data", "datasets"), ("model", "models"), ("topology", "topologies"), ("init", "inits"),
+                          ("optim", "optimizers")):
+        assert at.selectbox(key=f"spec:{section}.name").options == list(explorer.registry(kind)), section
+    at.selectbox(key="spec:topology.name").set_value("ancre").run()
+    declared = [p.name for p in explorer.registry("topologies")["ancre"].params]
+    drawn = [w.key.rsplit(".", 1)[1] for kind in ("selectbox", "number_input", "toggle", "text_input")
+             for w in at.get(kind) if getattr(w, "key", None) and w.key.startswith("spec:topology.ancre.")]
+    assert sorted(drawn) == sorted(declared)
+
+
+@pytest.mark.parametrize("changes", [
+    {"model.name": "gpt", "data.name": "text", "model.depth": 2},
+    {"model.name": "vit", "data.name": "shapes", "model.depth": 2},
+    {"model.name": "resnet-cifar", "data.name": "digits-images", "model.depth": 8, "model.width": 4},
+], ids=["gpt", "vit", "resnet-cifar"])
+def test_other_architectures_train_from_the_page(open_page, changes):
+    spec = explorer.ExperimentSpec.default().with_values(
+        {**changes, "train.steps": 10, "train.log_every": 5, "train.batch_size": 16})
+    at = open_page("train", query=query_of(spec))
+    view = train_until_done(at)
+    assert not at.exception
+    assert view.status == "finished" and view.steps_done == 10 and "coefficients" in view.probes

@@ -107,16 +107,23 @@ def probe_tensors(name: str, data, n: int) -> dict:
 
 
 def start(spec) -> None:
-    error = probe_error(spec, probe_name)
-    if error is not None:
-        st.session_state["train-message"] = (f"The live probe **{probe_name}** does not apply to this model: "
-                                             f"{error.message}. Choose another probe.")
+    """Submit the run; a live probe that does not apply to this model is left out, with a note saying why."""
+    probes = {LIVE_PROBE: {}}
+    try:
+        error = probe_error(spec, probe_name)
+    except SpecError as failed:  # e.g. data.path names no dataset files: the run could not start either
+        st.session_state["train-message"] = f"Cannot train: **{failed.path}**: {failed.message}"
         return
+    if error is None:
+        probes[probe_name] = {}
+        st.session_state.pop("train-message", None)
+    else:
+        st.session_state["train-message"] = (f"Training without the live probe **{probe_name}**: {error.message}. "
+                                             f"Choose another probe (e.g. norms or weights) for this model.")
     label = f"{spec.model.name} {spec.topology.name} #{len(state.session_jobs()) + 1}"
-    job = state.job_queue().submit(spec, label, probes={LIVE_PROBE: {}, probe_name: {}}, probe_every=int(probe_every))
+    job = state.job_queue().submit(spec, label, probes=probes, probe_every=int(probe_every))
     state.add_job(job)
     st.session_state["train-job"] = job
-    st.session_state.pop("train-message", None)
 
 
 def reset() -> None:
