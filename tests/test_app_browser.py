@@ -40,16 +40,16 @@ def app(tmp_path_factory):
 
 def test_training_a_preset_shows_the_loss_and_the_heatmap(app, tmp_path):
     base, page, home = app
-    spec = explorer.preset(browsing.PRESET).with_values({"train.steps": 200, "train.log_every": 5})
+    spec = explorer.preset(browsing.PRESET).with_values({"train.steps": 1000, "train.log_every": 10})
     seen = browsing.measure(page, base, spec, sample_s=2.0)
     print(json.dumps({k: v for k, v in seen.items() if k != "chart_titles"}, indent=1))
     (tmp_path / "timings.json").write_text(json.dumps(seen, indent=2))
     assert seen["exceptions"] == 0
     assert any(": loss" in title for title in seen["chart_titles"]), seen["chart_titles"]
     assert any("Shortcut coefficients" in title for title in seen["chart_titles"]), seen["chart_titles"]
-    assert page.get_by_text("Finished 200 steps").count() == 1
+    assert page.get_by_text("Finished 1000 steps").count() == 1
     runs = explorer.RunStore(home).list()
-    assert [run["status"] for run in runs] == ["finished"] and runs[0]["steps_done"] == 200
+    assert [run["status"] for run in runs] == ["finished"] and runs[0]["steps_done"] == 1000
     shot = tmp_path / "train-page.png"
     page.screenshot(path=str(shot))
     assert shot.stat().st_size > 10_000
