@@ -23,13 +23,11 @@ def uploads_dir() -> Path:
     return home() / "uploads"
 
 
-def _read_limited(file, caps: Limits, what: str) -> bytes | None:
-    data = file.getvalue()
-    if len(data) > caps.max_upload_bytes:
-        st.error(f"{what}: {file.name} is {len(data) / 1024:.0f} KiB, above this server's limit of "
-                 f"{caps.max_upload_kb} KiB (EXPLORER_MAX_UPLOAD_KB); upload a smaller file.", icon=":material/error:")
+def _too_big(file, data: bytes, caps: Limits, what: str) -> str | None:
+    if len(data) <= caps.max_upload_bytes:
         return None
-    return data
+    return (f"{what}: {file.name} is {len(data) / 1024:.0f} KiB, above this server's limit of {caps.max_upload_kb} KiB "
+            "(EXPLORER_MAX_UPLOAD_KB); upload a smaller file.")
 
 
 def spec_uploader(caps: Limits, key: str):
@@ -39,8 +37,10 @@ def spec_uploader(caps: Limits, key: str):
     if file is None or st.session_state.get(f"{key}:done") == file.file_id:
         return None
     st.session_state[f"{key}:done"] = file.file_id
-    data = _read_limited(file, caps, "spec upload")
-    if data is None:
+    data = file.getvalue()
+    refusal = _too_big(file, data, caps, "spec upload")
+    if refusal:
+        st.error(refusal, icon=":material/error:")
         return None
     try:
         text = data.decode("utf-8")
@@ -57,24 +57,32 @@ def text_corpus_uploader(raw: dict, caps: Limits, key: str) -> None:
     """For the `text` dataset: an uploader whose file becomes data.path (stored under EXPLORER_HOME/uploads)."""
     if raw["data"].get("name") != "text":
         return
-    file = st.file_uploader("Train on your own text (UTF-8 .txt)", type=["txt", "md", "py"], key=key,
-                            help="Leave empty to use Python's bundled documentation text.")
+    st.file_uploader("Train on your own text (UTF-8 .txt)", type=["txt", "md", "py"], key=key,
+                     on_change=_store_text, args=(caps, key),
+                     help="Leave empty to use Python's bundled documentation text.")
+    if st.session_state.get(f"{key}:error"):
+        st.error(st.session_state[f"{key}:error"], icon=":material/error:")
+
+
+def _store_text(caps: Limits, key: str) -> None:
+    """on_change of the text uploader (runs before the form is drawn, so it may set data.path's widget)."""
+    st.session_state[f"{key}:error"] = None
+    file = st.session_state.get(key)
     if file is None:
         return
-    data = _read_limited(file, caps, "text upload")
-    if data is None:
+    data = file.getvalue()
+    refusal = _too_big(file, data, caps, "text upload")
+    if refusal:
+        st.session_state[f"{key}:error"] = refusal
         return
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as error:
-        st.error(f"text upload: {file.name} is not UTF-8 text (byte {error.start}); save it as UTF-8 and upload "
-                 "it again.", icon=":material/error:")
+        st.session_state[f"{key}:error"] = (f"text upload: {file.name} is not UTF-8 text (byte {error.start}); "
+                                            "save it as UTF-8 and upload it again.")
         return
     path = uploads_dir() / f"{hashlib.sha256(data).hexdigest()[:16]}.txt"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    widget = spec_form.widget_key("data", "text", "path")
-    if st.session_state.get(widget) != str(path):
-        st.session_state[widget] = str(path)
-        st.rerun()
+    st.session_state[spec_form.widget_key("data", "text", "path")] = str(path)
