@@ -8,6 +8,8 @@ from pathlib import Path
 
 import streamlit as st
 
+from explorer_app.limits import LimitError, limits
+
 VIEWS = Path(__file__).parent / "views"
 
 st.set_page_config(page_title="Residual Explorer", page_icon=":material/account_tree:", layout="wide")
@@ -19,4 +21,10 @@ pages = [
     st.Page(VIEWS / "papers.py", title="Papers", icon=":material/menu_book:", url_path="papers"),
     st.Page(VIEWS / "theory.py", title="Theory", icon=":material/functions:", url_path="theory"),
 ]
-st.navigation(pages).run()
+page = st.navigation(pages)
+try:
+    limits()  # a mistyped EXPLORER_MAX_* variable is a message on every page, not a traceback
+except LimitError as error:
+    st.error(f"This server is misconfigured: {error}", icon=":material/settings:")
+    st.stop()
+page.run()

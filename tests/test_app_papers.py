@@ -125,11 +125,9 @@ def test_open_in_train_switches_to_the_train_page_with_the_preset(open_page, mon
     assert params.items() <= dict(at.query_params).items()  # Train's URL mirrors its form: the preset is loaded
 
 
-def test_a_misconfigured_server_shows_the_error_on_the_claim_not_a_crash(open_page, monkeypatch):
+def test_a_misconfigured_server_is_a_message_not_a_crash(open_page, monkeypatch):
     monkeypatch.setenv("EXPLORER_MAX_JOBS", "zero")
-    paper, claim_id = FAST_CLAIM
+    paper, _ = FAST_CLAIM
     at = open_page("papers", query={"paper": TABS[paper]})
-    at.button(key=f"papers-run-{paper}-{claim_id}").click().run()
     assert not at.exception
-    assert verdicts_shown(at) == [BADGES["error"]]
-    assert "EXPLORER_MAX_JOBS" in at.error[0].value
+    assert "EXPLORER_MAX_JOBS='zero' is not valid" in at.error[0].value

@@ -157,3 +157,10 @@ def test_other_architectures_train_from_the_page(open_page, changes):
     view = train_until_done(at)
     assert not at.exception
     assert view.status == "finished" and view.steps_done == 10 and "coefficients" in view.probes
+
+
+def test_a_misconfigured_limit_is_a_message_not_a_traceback(open_page, monkeypatch):
+    monkeypatch.setenv("EXPLORER_MAX_STEPS", "lots")
+    at = open_page("train")
+    assert not at.exception
+    assert "EXPLORER_MAX_STEPS='lots' is not valid" in at.error[0].value
