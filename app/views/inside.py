@@ -61,7 +61,7 @@ def load_weights(run_id: str) -> tuple[int, dict] | None:
 st.subheader("Probe the weights")
 left, right = st.columns([2, 1])
 chosen = left.multiselect("Probes", list(PROBES), default=["jacobian", "weights", "norms"], key="inside-probes",
-                          format_func=lambda n: f"{n}: {PROBES.describe()[n]}")
+                          help="\n".join(f"- **{name}**: {text}" for name, text in PROBES.describe().items()))
 inputs = right.slider("validation inputs", 1, 64, 8, key="inside-inputs",
                       help="How many validation examples the probes look at.")
 options = {}
