@@ -67,8 +67,9 @@ PRESETS.update({
 # claims
 # --------------------------------------------------------------------------------------
 # Every check below fixes its test statistic from the paper's statement; the numbers decide.
-# Single-shortcut and ANCRe runs on the linear networks are cached per (preset, overrides) so that
-# running all the claims (or the notebook) trains each configuration once.
+# Every run (linear networks and the GPT) is cached per (preset, overrides) by `train_cached`, so that
+# running all the claims, or the notebook (which draws its figures from the same runs), trains each
+# configuration once per process.
 
 from explorer.papers.claims import Verdict, claim  # noqa: E402
 
@@ -76,8 +77,9 @@ _FLOAT_FLOOR = 1e-9   # float32 losses bottom out near 1e-12..1e-13 here; rates 
 _CACHE: dict = {}
 
 
-def _train(name: str, **overrides):
-    """explorer.train(preset(name) with overrides), cached; the tiny linear nets run on one thread (see note)."""
+def train_cached(name: str, **overrides):
+    """explorer.train(preset(name) with overrides), cached per (name, overrides); the tiny linear nets run
+    on one thread (thread start-up costs dominate their 8-wide matmuls). The notebook calls this too."""
     import torch
 
     import explorer
@@ -155,7 +157,7 @@ def _depth_slows(fast: bool) -> Verdict:
     threshold = 1e-3
     loss, reach = {}, {}
     for k in (2, 3, 4):
-        run = _train(f"ancre-fig2a-K{k}", **{"train.steps": steps})
+        run = train_cached(f"ancre-fig2a-K{k}", **{"train.steps": steps})
         loss[k] = _curve(run)[1][-1]
         reach[k] = steps_to(run, threshold)
     order = [reach[k] if reach[k] is not None else float("inf") for k in (2, 3, 4)]
@@ -182,7 +184,7 @@ def _shortcut_02(fast: bool) -> Verdict:
     steps = 1000 if fast else 2000
     measured, fits = {}, {}
     for s in ("0:1", "0:2"):
-        run = _train(f"ancre-fig2b-{s}", **{"train.steps": steps})
+        run = train_cached(f"ancre-fig2b-{s}", **{"train.steps": steps})
         measured[f"loss_after_{steps}_{s}"] = _curve(run)[1][-1]
         fits[s] = rate_fits(run)
         measured[f"fit_{s}"] = fits[s]
@@ -206,8 +208,8 @@ def _ancre_fast_rate(fast: bool) -> Verdict:
     measured, per_depth = {}, {}
     for k, best in ((3, "ancre-fig2b-0:2"), (4, "ancre-fig2c-0:3")):
         ancre_name = "ancre-fig2b-ancre" if k == 3 else "ancre-fig2c-ancre"
-        a = _train(ancre_name, **{"train.steps": steps})
-        b = _train(best, **{"train.steps": steps})
+        a = train_cached(ancre_name, **{"train.steps": steps})
+        b = train_cached(best, **{"train.steps": steps})
         la, lb = _curve(a)[1][-1], _curve(b)[1][-1]
         fit = rate_fits(a)
         ok = la <= 10 * lb and fit["better_fit"] == "linear"
@@ -245,7 +247,7 @@ def _normalization(fast: bool) -> Verdict:
     for depth in depths:
         res = {}
         for norm in ("none", "outgoing", "ingoing"):
-            run = _train("ancre-fig2c-ancre", **{"model.depth": depth, "topology.normalization": norm,
+            run = train_cached("ancre-fig2c-ancre", **{"model.depth": depth, "topology.normalization": norm,
                                                   "train.steps": steps})
             p = run.model.stack.topology.coefficients().own
             finite_p = np.abs(p[np.isfinite(p)])
@@ -298,8 +300,8 @@ def _gpt(fast: bool) -> Verdict:
     overrides = {"train.steps": steps}
     if fast:
         overrides["train.log_every"] = 20
-    cas = _train("ancre-table2-cascaded", **overrides)
-    anc = _train("ancre-table2-ancre", **overrides)
+    cas = train_cached("ancre-table2-cascaded", **overrides)
+    anc = train_cached("ancre-table2-ancre", **overrides)
     val = {name: run.history[-1].get("val_loss") for name, run in (("cascaded", cas), ("ancre", anc))}
     coeffs = explorer.probe(anc.model, anc.data.x_val[:4], "coefficients")
     share = early_share(coeffs["own"])

@@ -50,7 +50,7 @@ _FAST_TRAIN = {"model.depth": 4, "model.width": 32, "model.heads": 2, "data.n_va
 _RUNS: dict = {}  # (preset, fast) -> Run, shared by the Table 1 and Figure 4 claims within one process
 
 
-def _trained(name: str, fast: bool):
+def trained(name: str, fast: bool):
     import explorer
 
     key = (name, fast)
@@ -139,7 +139,7 @@ def _table1_accuracy(fast: bool) -> Verdict:
     acc, loss = {}, {}
     for label, name in (("skip", "skip-table1-skip"), ("skipless_default", "skip-table1-skipless"),
                         ("skipless_init", "skip-table1-skipless-init")):
-        run = _trained(name, fast)
+        run = trained(name, fast)
         summary = run.summary()
         acc[label] = summary["final_val_accuracy"]
         loss[label] = summary["final_loss"]
@@ -165,7 +165,7 @@ def _fig4_dense_miou(fast: bool) -> Verdict:
 
     miou = {}
     for label, name in (("skip", "skip-table1-skip"), ("skipless_init", "skip-table1-skipless-init")):
-        run = _trained(name, fast)
+        run = trained(name, fast)
         data = run.data
         result = explorer.probe(run.model, data.x_val[:64], "pca", masks=data.masks_val[:64])
         miou[label] = np.asarray(result["miou"], dtype=float)
