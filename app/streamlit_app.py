@@ -4,6 +4,7 @@ Five pages: Train (live runs), Inside (probe a run), Compare (overlay runs, laun
 Papers (each paper's claims, rerun at CPU scale) and Theory (the closed-form results).
 """
 
+import sys
 from pathlib import Path
 
 import streamlit as st
@@ -11,6 +12,10 @@ import streamlit as st
 from explorer_app.limits import LimitError, limits
 
 VIEWS = Path(__file__).parent / "views"
+# Training threads and the server share one interpreter lock; hand it over every 1 ms instead of Python's
+# default 5 ms, so the live view keeps redrawing while a job trains (measured in the browser on 2 cores:
+# 1.25 -> 2.25-2.75 chart refreshes per second).
+sys.setswitchinterval(0.001)
 
 st.set_page_config(page_title="Residual Explorer", page_icon=":material/account_tree:", layout="wide")
 
