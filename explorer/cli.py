@@ -139,7 +139,7 @@ def _report(run, as_json: bool, run_id: str | None) -> None:
 def _probe(args) -> int:
     import numpy as np
 
-    from explorer.probes import PROBES, probe
+    from explorer.probes import PROBES, probe, validation_tensors
     from explorer.train import build, train
 
     spec = load_spec(args.preset, args.spec, args.changes)
@@ -158,13 +158,8 @@ def _probe(args) -> int:
         if not sep:
             raise SpecError("--option", f"{item!r} is not NAME=VALUE; write e.g. --option k=8")
         options[key.strip()] = value.strip()
-    x, y = data.x_val[:args.inputs], data.y_val[:args.inputs]
-    tensors = entry.extra.get("tensors", {})
-    if "targets" in tensors:
-        options["targets"] = y
-    if "masks" in tensors and data.masks_val is not None:
-        options["masks"] = data.masks_val[:args.inputs]
-    result = probe(model, x, args.probe, **options)
+    x = data.x_val[:args.inputs]
+    result = probe(model, x, args.probe, **validation_tensors(args.probe, data, args.inputs), **options)
     if args.json:
         print(json.dumps({"probe": args.probe, "train_steps": args.train_steps, "inputs": len(x),
                           "result": {k: _jsonable(np.asarray(v)) for k, v in result.items()}}))

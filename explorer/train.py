@@ -182,16 +182,15 @@ class _LiveProbes:
     """Probes run on a fixed validation batch at the logged steps, every `every` steps (and at the end)."""
 
     def __init__(self, probes: dict[str, dict], every: int, data: Dataset, inputs: int):
-        from explorer.probes import PROBES
+        from explorer.probes import PROBES, validation_tensors
 
         if every < 1:
             raise SpecError("probe_every", f"must be a positive number of steps, got {every}")
         for name in probes:
             PROBES.lookup(name, "probes")
         self.probes, self.every, self.next = probes, every, 0
-        self.x, self.y = data.x_val[:inputs], data.y_val[:inputs]
-        self.masks = None if data.masks_val is None else data.masks_val[:inputs]
-        self.tensors = {name: PROBES[name].extra.get("tensors", {}) for name in probes}
+        self.x = data.x_val[:inputs]
+        self.extra = {name: validation_tensors(name, data, inputs) for name in probes}
 
     def due(self, step: int, last: bool) -> bool:
         return step >= self.next or last
@@ -200,15 +199,8 @@ class _LiveProbes:
         from explorer.probes import probe
 
         self.next = (step // self.every + 1) * self.every
-        results = {}
-        for name, options in self.probes.items():
-            extra = {}
-            if "targets" in self.tensors[name]:
-                extra["targets"] = self.y
-            if "masks" in self.tensors[name] and self.masks is not None:
-                extra["masks"] = self.masks
-            results[name] = probe(model, self.x, name, **{**extra, **(options or {})})
-        return results
+        return {name: probe(model, self.x, name, **{**self.extra[name], **(options or {})})
+                for name, options in self.probes.items()}
 
 
 def train(

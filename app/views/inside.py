@@ -11,6 +11,7 @@ import streamlit as st
 
 import explorer
 from explorer import plots
+from explorer.probes import validation_tensors
 from explorer.registry import SpecError
 from explorer_app import figures, spec_form, state
 
@@ -85,12 +86,7 @@ if st.button("Probe", type="primary", key="inside-run-probes", icon=":material/b
         progress = st.progress(0.0, text="probing...")
         for i, name in enumerate(chosen):
             progress.progress(i / len(chosen), text=f"probing: {name}")
-            wanted = PROBES[name].extra.get("tensors", {})
-            extra = {}
-            if "targets" in wanted:
-                extra["targets"] = data.y_val[:inputs]
-            if "masks" in wanted and data.masks_val is not None:
-                extra["masks"] = data.masks_val[:inputs]
+            extra = validation_tensors(name, data, inputs)
             if any(p.name == "max_inputs" for p in PROBES[name].params):
                 extra["max_inputs"] = inputs
             try:

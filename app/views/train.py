@@ -14,6 +14,7 @@ import streamlit as st
 
 import explorer
 from explorer import plots
+from explorer.probes import validation_tensors
 from explorer.registry import SpecError
 from explorer_app import figures, limits, spec_form, state, uploads
 
@@ -90,20 +91,10 @@ def probe_error(spec, name: str) -> SpecError | None:
     """Try the probe on the untrained model (two inputs) so an inapplicable choice is refused up front."""
     model, data = explorer.build(spec, device="cpu")
     try:
-        explorer.probe(model, data.x_val[:2], name, **probe_tensors(name, data, 2))
+        explorer.probe(model, data.x_val[:2], name, **validation_tensors(name, data, 2))
     except SpecError as error:
         return error
     return None
-
-
-def probe_tensors(name: str, data, n: int) -> dict:
-    wanted = explorer.registry("probes")[name].extra.get("tensors", {})
-    extra = {}
-    if "targets" in wanted:
-        extra["targets"] = data.y_val[:n]
-    if "masks" in wanted and data.masks_val is not None:
-        extra["masks"] = data.masks_val[:n]
-    return extra
 
 
 def start(spec) -> None:

@@ -11,10 +11,10 @@ numpy arrays on the CPU. `PROBES` lists them with their options declared as `Par
 the CLI and the app can list and validate them like every other registry.
 """
 
-from explorer.probes.core import PROBES, probe
+from explorer.probes.core import PROBES, probe, validation_tensors
 from explorer.probes import probes as _probes  # noqa: I001  (registers the probes, in this order)
 from explorer.probes import conditioning as _conditioning, features as _features
 
 del _conditioning, _features, _probes
 
-__all__ = ["PROBES", "probe"]
+__all__ = ["PROBES", "probe", "validation_tensors"]

@@ -49,6 +49,18 @@ def probe(model: nn.Module, inputs: torch.Tensor, name: str, **options: Any) -> 
     return {key: _numpy(value) for key, value in result.items()}
 
 
+def validation_tensors(name: str, data, n: int) -> dict[str, torch.Tensor]:
+    """The tensor options probe `name` takes, from the first `n` validation examples of `data` (a Dataset):
+    targets for the probes that need the labels, masks for those that score segmentation (when the data has them)."""
+    wanted = PROBES.lookup(name, "probe").extra.get("tensors", {})
+    extra = {}
+    if "targets" in wanted:
+        extra["targets"] = data.y_val[:n]
+    if "masks" in wanted and data.masks_val is not None:
+        extra["masks"] = data.masks_val[:n]
+    return extra
+
+
 def _device(model: nn.Module) -> torch.device:
     first = next(model.parameters(), None)
     return first.device if first is not None else torch.device("cpu")
