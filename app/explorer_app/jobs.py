@@ -44,7 +44,6 @@ class JobView:
     run_id: str | None
     error: str | None
     queue_position: int | None  # 1 = next to start, while queued
-    updates: int  # how many logged rows and probe results the job has taken in (changes when the page should redraw)
 
     @property
     def active(self) -> bool:
@@ -75,7 +74,6 @@ class Job:
         self._sps: float | None = None
         self._diverged_at: int | None = None
         self._error: str | None = None
-        self._updates = 0
         self._queue: JobQueue | None = None
         self.threads = 1  # intra-op threads of this job's training thread (set by the queue)
         self.recorder = StoreRecorder(store, label=label) if store is not None else None
@@ -92,14 +90,12 @@ class Job:
             if self._status in ("queued", "running"):
                 self._go.clear()
                 self._status = "paused" if self._status == "running" else "queued"
-                self._updates += 1
 
     def resume(self) -> None:
         with self._lock:
             if self._status == "paused":
                 self._status = "running"
                 self._step_once = False
-                self._updates += 1
                 self._go.set()
 
     def step(self) -> None:
@@ -108,7 +104,6 @@ class Job:
             if self._status == "paused":
                 self._step_once = True
                 self._status = "running"
-                self._updates += 1
                 self._go.set()
 
     def stop(self) -> None:
@@ -139,8 +134,7 @@ class Job:
                 total_steps=self.spec.train.steps, history=list(self._history),
                 probes=dict(self._probes), probe_step=self._probe_step, steps_per_second=self._sps,
                 diverged_at=self._diverged_at, run_id=self.recorder.run_id if self.recorder else None,
-                error=self._error, queue_position=self._queue.position(self) if self._queue else None,
-                updates=self._updates)
+                error=self._error, queue_position=self._queue.position(self) if self._queue else None)
 
     # ---- the training thread --------------------------------------------------------------------
     def _listen(self, event) -> None:
@@ -154,7 +148,6 @@ class Job:
                 self._steps_done = run.steps_done
                 self._sps = run.steps_done / run.wall_time if run.wall_time > 0 and run.steps_done else None
                 self._diverged_at = run.diverged_at
-                self._updates += 1
                 if self._snapshot_wanted.is_set():
                     self._take_snapshot(run)
                 if self._step_once:
@@ -168,7 +161,6 @@ class Job:
                 self._history.extend(dict(row) for row in run.history if row["step"] not in known)
                 self._status = run.status
                 self._model = run.model
-                self._updates += 1
         if event.kind == "log":
             while not self._go.wait(0.1):  # paused: hold the trainer here until Resume, Step or Stop
                 if self._snapshot_wanted.is_set():
@@ -183,7 +175,6 @@ class Job:
         torch.set_num_threads(self.threads)
         with self._lock:
             self._status = "running" if self._go.is_set() else "paused"
-            self._updates += 1
         try:
             listeners = [self.recorder, self._listen] if self.recorder else [self._listen]
             explorer.train(self.spec, callbacks=listeners, stop=self._stop,
@@ -192,7 +183,6 @@ class Job:
             with self._lock:
                 self._status = "error"
                 self._error = f"{type(error).__name__}: {error}"
-                self._updates += 1
             if self.recorder is not None and self.recorder.run_id is not None:
                 self.store.set_status(self.recorder.run_id, "error")
 
@@ -257,7 +247,6 @@ class JobQueue:
             if job._stop.is_set():
                 with job._lock:
                     job._status = "cancelled"
-                    job._updates += 1
                 job.done.set()
                 return
             self._running += 1

@@ -10,7 +10,7 @@ import streamlit as st
 import explorer
 from explorer.runs import home
 from explorer_app.jobs import Job, JobQueue
-from explorer_app.limits import Limits, limits
+from explorer_app.limits import limits
 
 TRAIN_PAGE = "views/train.py"  # relative to app/streamlit_app.py, as st.switch_page wants
 
@@ -34,10 +34,6 @@ def _job_queue(max_jobs: int, root: str) -> JobQueue:
 @st.cache_resource(show_spinner=False)
 def _store(root: str) -> explorer.RunStore:
     return explorer.RunStore(root)
-
-
-def server_limits() -> Limits:
-    return limits()
 
 
 def session_jobs() -> list[Job]:

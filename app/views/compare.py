@@ -25,7 +25,7 @@ TAU_CHOICES = (*DEPTH_RULES, "0.1", "0.5", "1")
 PROBE_INPUTS = 8  # validation examples the probes see, as explorer.train's live probes
 LIVE_PROBES = {"coefficients": {}, "jacobian": {"max_inputs": 1}}  # the Jacobian of the first input only
 HEATMAPS_PER_ROW = 3
-caps = state.server_limits()
+caps = limits.limits()
 
 st.title("Compare")
 st.caption("Launch a small grid of runs and watch it fill in, or pick runs from the store, then compare their "

@@ -21,7 +21,7 @@ from explorer_app import figures, limits, spec_form, state, uploads
 REFRESH_S = 0.3  # live view refresh period while a job is active (about 3 redraws per second)
 LIVE_PROBE = "coefficients"  # always probed: the heatmap
 probe_names = [name for name in explorer.registry("probes") if name != LIVE_PROBE]
-caps = state.server_limits()
+caps = limits.limits()
 
 st.title("Train")
 st.caption("Pick data, an architecture, a residual topology and an initialisation in the sidebar, then press "
@@ -222,7 +222,15 @@ active = bool(current_job() and current_job().view().active)
 st.session_state["train-active"] = active
 st.fragment(run_every=REFRESH_S if active else None)(live_view)()
 
-# ---- downloads ---------------------------------------------------------------------------------
+# ---- downloads (the run's files are read from the store only when clicked) -----------------------
+def history_csv(rows: list[dict]) -> str:
+    table = io.StringIO()
+    writer = csv.DictWriter(table, fieldnames=sorted({key for row in rows for key in row}, key=lambda k: (k != "step", k)))
+    writer.writeheader()
+    writer.writerows(rows)
+    return table.getvalue()
+
+
 st.divider()
 cols = st.columns(3)
 if spec is not None:
@@ -231,16 +239,11 @@ if spec is not None:
 job = current_job()
 run_id = job.view().run_id if job else None
 if run_id and not job.view().active:
-    record = state.store().get(run_id, arrays=False)
-    cols[1].download_button("Run (JSON)", json.dumps(record, indent=2, default=str), file_name=f"run-{run_id[:8]}.json",
-                            mime="application/json", key="train-download-run-json", on_click="ignore",
-                            icon=":material/download:")
-    table = io.StringIO()
-    columns = sorted({key for row in record["history"] for key in row}, key=lambda k: (k != "step", k))
-    writer = csv.DictWriter(table, fieldnames=columns)
-    writer.writeheader()
-    writer.writerows(record["history"])
-    cols[2].download_button("History (CSV)", table.getvalue(), file_name=f"run-{run_id[:8]}.csv", mime="text/csv",
-                            key="train-download-run-csv", on_click="ignore", icon=":material/download:")
+    cols[1].download_button("Run (JSON)", lambda: json.dumps(state.store().get(run_id, arrays=False), indent=2, default=str),
+                            file_name=f"run-{run_id[:8]}.json", mime="application/json", key="train-download-run-json",
+                            on_click="ignore", icon=":material/download:")
+    cols[2].download_button("History (CSV)", lambda: history_csv(state.store().get(run_id, arrays=False)["history"]),
+                            file_name=f"run-{run_id[:8]}.csv", mime="text/csv", key="train-download-run-csv",
+                            on_click="ignore", icon=":material/download:")
     st.caption(f"Saved in the run store as **{run_id[:8]}** (open it on the Inside page, or "
                f"`explorer runs show {run_id[:8]}`). Shareable set-up: `?{urllib.parse.unquote(spec.to_query()) if spec else ''}`")
