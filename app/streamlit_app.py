@@ -11,7 +11,7 @@ import streamlit as st
 
 from explorer_app.limits import LimitError, limits
 
-VIEWS = Path(__file__).parent / "views"
+VIEWS = Path(__file__).resolve().parent / "views"  # resolved: st.Page reads a relative path from the script's folder
 # Training threads and the server share one interpreter lock; hand it over every 1 ms instead of Python's
 # default 5 ms, so the live view keeps redrawing while a job trains (measured in the browser on 2 cores:
 # 1.25 -> 2.25-2.75 chart refreshes per second).

