@@ -8,7 +8,10 @@ Data flows one way: spec -> model -> run -> probes -> figures (explorer.plots).
     run.summary()["final_loss"]
 """
 
-from explorer.nn.models import roles
+# Layer by layer, bottom-up: importing a package registers its entries (datasets, models, topologies,
+# inits, optimizers, the cross-section checks, probes, presets), which the spec looks up by name.
+from explorer import combinations  # noqa: F401,I001  (registers the spec's cross-section checks)
+from explorer.nn import roles
 from explorer.papers import preset
 from explorer.probes import probe
 from explorer.runs import RunStore, StoreRecorder, resume
@@ -37,4 +40,4 @@ __all__ = [
     "train",
     "train_batched",
 ]
-__version__ = "0.1.0"
+from explorer.version import __version__  # noqa: E402

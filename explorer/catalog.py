@@ -1,61 +1,37 @@
-"""The public registries by kind, and the checks that need more than one section."""
+"""The public registries by kind, and the hook for checks that need more than one spec section.
+
+This module sits at the bottom with the registry and the spec: it imports neither the packages
+that fill the registries nor the module that knows the cross-section rules. Those register
+themselves when `explorer` is imported (the registries by kind, see `explorer.registry`; the
+checks with `add_check`, see `explorer.combinations`).
+"""
 
 from __future__ import annotations
 
-from explorer.registry import Registry, SpecError
+from collections.abc import Callable
+
+from explorer.registry import Registry, SpecError, registry_of_kind
 
 KINDS = ("datasets", "models", "topologies", "inits", "optimizers", "presets", "probes")
+
+_CHECKS: list[Callable] = []
 
 
 def get(kind: str) -> Registry:
     """The registry of `kind` (one of KINDS)."""
-    from explorer import init, optim, papers, probes, topology
-    from explorer.data import DATASETS
-    from explorer.nn.models import MODELS
-
-    registries = {
-        "datasets": DATASETS,
-        "models": MODELS,
-        "topologies": topology.TOPOLOGIES,
-        "inits": init.INITS,
-        "optimizers": optim.OPTIMIZERS,
-        "presets": papers.PRESETS,
-        "probes": probes.PROBES,
-    }
-    if kind not in registries:
+    found = registry_of_kind(kind) if kind in KINDS else None
+    if found is None:
         raise SpecError("kind", f"unknown registry {kind!r}; valid kinds: {', '.join(KINDS)}")
-    return registries[kind]
+    return found
+
+
+def add_check(check: Callable) -> Callable:
+    """Register `check(spec)`, run on every spec after its sections are valid; raises SpecError."""
+    _CHECKS.append(check)
+    return check
 
 
 def check_spec(spec) -> None:
-    """Checks across sections: shapes that must fit, shortcuts that must exist, devices present."""
-    import torch
-
-    from explorer.data import DATASETS, dims
-    from explorer.init import check_init
-    from explorer.nn.models import MODELS, check_model, n_blocks
-    from explorer.optim import is_full_batch
-    from explorer.topology import TOPOLOGIES, check_topology
-
-    data_check = DATASETS[spec.data.name].extra.get("check")
-    if data_check:
-        data_check(spec.data.params)
-    data_dims = dims(spec.data)
-    if TOPOLOGIES[spec.topology.name].extra.get("transformer_only") and not MODELS[spec.model.name].extra.get("transformer"):
-        hint = "use none for a network without residual connections" if spec.topology.name == "skipless" \
-            else "use grn-v3 on other models"
-        raise SpecError("topology.name", f"{spec.topology.name} exists only for Transformers (model.name=gpt or vit); {hint}")
-    if data_dims.task == "language-modeling" and spec.model.name != "gpt":
-        raise SpecError("model.name", f"{spec.data.name} gives token sequences, which only the gpt model reads; "
-                                      "set model.name=gpt (or choose a vector or image dataset)")
-    check_model(spec, data_dims)
-    check_init(spec)
-    blocks = n_blocks(spec)
-    check_topology(spec.topology, blocks)
-    if spec.train.device == "cuda" and not torch.cuda.is_available():
-        raise SpecError("train.device", "CUDA is not available on this machine; use device 'auto' or 'cpu'")
-    if spec.model.params.get("norm") == "batchnorm" and spec.train.batch_size < 2 and not is_full_batch(spec.optim):
-        raise SpecError("train.batch_size", "batch normalisation needs at least 2 examples per batch; set train.batch_size=2 or more")
-    if spec.train.log_every > spec.train.steps:
-        raise SpecError("train.log_every", f"log_every ({spec.train.log_every}) is larger than steps ({spec.train.steps}); "
-                                           f"set it to {spec.train.steps} or less")
+    """Run every registered cross-section check on a spec whose sections are each valid."""
+    for check in _CHECKS:
+        check(spec)

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from explorer import init_schemes
-from explorer.nn.models import MODELS, WEIGHT_ROLES, Stack, roles
+from explorer.nn.base import MODELS, WEIGHT_ROLES, Stack, roles
 from explorer.registry import Param, Registry, SpecError
 
 INITS = Registry("inits", common=(
@@ -221,11 +221,6 @@ def check_init(spec) -> None:
     check = INITS[spec.init.name].extra.get("check")
     if check:
         check(spec)
-
-
-def uses_gates(section) -> bool:
-    """Whether the scheme adds a zero-initialised scalar gate to each residual branch (ReZero, SkipInit)."""
-    return bool(INITS[section.name].extra.get("gates"))
 
 
 @torch.no_grad()

@@ -27,7 +27,7 @@ import math
 
 import torch
 
-from explorer.nn.models import BRANCH_ENDS, WEIGHT_ROLES
+from explorer.nn.base import BRANCH_ENDS, WEIGHT_ROLES
 from explorer.registry import Param
 
 __all__ = [

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from explorer.nn.models import roles
+from explorer.nn.base import roles
 from explorer.registry import Param, Registry
 
 OPTIMIZERS = Registry(

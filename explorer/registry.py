@@ -141,13 +141,21 @@ class Entry:
         return {p.name: p.default for p in self.params}
 
 
+_BY_KIND: dict[str, Registry] = {}  # every registry made, by kind: the catalog looks them up here
+
+
 class Registry(Mapping[str, Entry]):
-    """An ordered name -> Entry mapping for one kind of choice."""
+    """An ordered name -> Entry mapping for one kind of choice.
+
+    A registry lists itself by kind when it is made, so the layers below the one that fills it
+    (the spec, the catalog) find it by name without importing that layer.
+    """
 
     def __init__(self, kind: str, common: tuple[Param, ...] = ()):
         self.kind = kind
         self.common = common  # parameters every entry of this kind accepts
         self._entries: dict[str, Entry] = {}
+        _BY_KIND[kind] = self
 
     def register(self, name: str, description: str, params: tuple[Param, ...] = (),
                  defaults: Mapping[str, Any] | None = None, **extra: Any):
@@ -187,3 +195,8 @@ class Registry(Mapping[str, Entry]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def registry_of_kind(kind: str) -> Registry | None:
+    """The registry made for `kind`, or None when no module has made one."""
+    return _BY_KIND.get(kind)

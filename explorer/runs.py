@@ -174,7 +174,7 @@ def environment(device: str | None = None) -> dict[str, Any]:
     """Where a run ran: torch and python versions, device, hostname, platform."""
     import torch
 
-    from explorer import __version__
+    from explorer.version import __version__
 
     return {
         "torch": torch.__version__,

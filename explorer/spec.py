@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from explorer import catalog
 from explorer.registry import Entry, Param, Registry, SpecError
 
 # section -> registry kind
@@ -43,8 +44,6 @@ DEFAULT_NAMES = {"data": "digits", "model": "mlp", "topology": "cascaded", "init
 
 def registry(kind: str) -> Registry:
     """The public registry of one kind: datasets, models, topologies, inits, optimizers, presets."""
-    from explorer import catalog
-
     return catalog.get(kind)
 
 
@@ -201,8 +200,6 @@ class ExperimentSpec:
 
     # ---- cross-field checks ---------------------------------------------------------
     def _check_combination(self) -> None:
-        from explorer import catalog
-
         catalog.check_spec(self)
 
     def __eq__(self, other: object) -> bool:

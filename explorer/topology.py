@@ -92,7 +92,13 @@ class Topology(nn.Module):
         size = self.n_blocks + 1
         scale = np.full(size, self.branch_scale())
         scale[0] = 1.0
-        unrolled = np.linalg.solve(np.eye(size) - own, np.diag(scale))
+        if np.triu(own).any():
+            raise ValueError("a state-basis topology mixes only earlier states: its own matrix must be strictly lower triangular")
+        # (I - own) U = diag(scale), solved row by row as the stream computes it (x_j = s_j y_j + sum_i own[j, i] x_i):
+        # exact zeros above the diagonal, where a general solver leaves round-off once coefficients are large.
+        unrolled = np.diag(scale)
+        for j in range(1, size):
+            unrolled[j] += own[j, :j] @ unrolled[:j]
         return Coefficients(own, unrolled, "state")
 
 

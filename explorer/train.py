@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from explorer.data import Dataset, build_dataset
+from explorer.data import Dataset, build_dataset, loss_function
 from explorer.init import initialize
 from explorer.nn.models import build_model
 from explorer.optim import build_optimizer, is_full_batch
@@ -117,16 +117,6 @@ def flush_denormals(model: nn.Module) -> None:
     first = next(model.parameters(), None)
     if first is None or first.device.type == "cpu":
         torch.set_flush_denormal(True)
-
-
-def loss_function(task: str) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """Cross-entropy for classification and for next-token prediction (averaged over every position);
-    0.5 * squared error summed over outputs, averaged over examples, for regression."""
-    if task == "classification":
-        return nn.functional.cross_entropy
-    if task == "language-modeling":
-        return lambda out, target: nn.functional.cross_entropy(out.flatten(0, -2), target.flatten())
-    return lambda out, target: 0.5 * (out - target).pow(2).sum(-1).mean()
 
 
 class _Batches:

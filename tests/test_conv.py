@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import explorer
-from explorer.nn.models import Stack
+from explorer.nn import Stack
 
 IMAGES = {"name": "digits-images"}
 

@@ -149,7 +149,7 @@ def test_weights_match_numpy_rank_and_svd():
     result = probe(model, data.x_val, "weights")
     roles = explorer.roles(model)
     params = dict(model.named_parameters())
-    expected = [n for n in params if roles[n] in explorer.nn.models.WEIGHT_ROLES]
+    expected = [n for n in params if roles[n] in explorer.nn.base.WEIGHT_ROLES]
     assert list(result["names"]) == expected
     width = max(min(params[n].shape) for n in expected)
     assert result["singular_values"].shape == (len(expected), width)
@@ -220,7 +220,7 @@ def test_norms_cover_every_stage_of_a_resnet():
 def reference_dead(model, loss_of):
     model.eval()
     roles = explorer.roles(model)
-    named = [(n, p) for n, p in model.named_parameters() if roles[n] in explorer.nn.models.WEIGHT_ROLES]
+    named = [(n, p) for n, p in model.named_parameters() if roles[n] in explorer.nn.base.WEIGHT_ROLES]
     grads = torch.autograd.grad(loss_of(model), [p for _, p in named], allow_unused=True)
     model.zero_grad(set_to_none=True)
     return [int((g == 0).sum()) for g in grads]

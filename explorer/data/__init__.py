@@ -2,121 +2,12 @@
 
 `build_dataset(section)` returns a `Dataset` with train and validation tensors. Data are
 deterministic from the section's own `seed` (independent of the training seed, so runs
-with different training seeds see the same problem).
+with different training seeds see the same problem). The shared pieces live in
+`explorer.data.base`; importing this package registers every dataset.
 """
 
-from __future__ import annotations
+from explorer.data.base import (DATASETS, SEED, TASKS, DataDims, Dataset, build_dataset, clear_cache, dims,
+                                 loss_function)
+from explorer.data import synthetic, tabular, images, text  # noqa: E402,F401,I001  (register the datasets)
 
-import math
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import NamedTuple
-
-import torch
-
-from explorer.registry import Param, Registry
-
-DATASETS = Registry("datasets")
-
-TASKS = ("regression", "classification", "language-modeling")
-
-
-class DataDims(NamedTuple):
-    """What a model needs to know about its data before any is generated."""
-
-    input_shape: tuple[int, ...]  # one example: (d,) for vectors, (C, H, W) for images
-    output_dim: int  # regression targets' dimension, or number of classes
-    task: str  # "regression" or "classification"
-
-    @property
-    def input_dim(self) -> int:
-        """Number of input features (an image flattened)."""
-        return math.prod(self.input_shape)
-
-    @classmethod
-    def of(cls, declared: tuple) -> DataDims:
-        shape, output_dim, task = declared
-        return cls(tuple(shape) if isinstance(shape, (tuple, list)) else (int(shape),), int(output_dim), task)
-
-
-@dataclass
-class Dataset:
-    """Train/validation tensors plus what a model needs to know about them."""
-
-    name: str
-    task: str  # "regression" (MSE) or "classification" (cross-entropy)
-    x_train: torch.Tensor
-    y_train: torch.Tensor
-    x_val: torch.Tensor
-    y_val: torch.Tensor
-    input_shape: tuple[int, ...]  # one example's shape
-    output_dim: int  # regression targets' dimension, or number of classes
-    seed: int = 0
-    masks_train: torch.Tensor | None = None  # per-pixel labels (N, H, W) for segmentation probes, if any
-    masks_val: torch.Tensor | None = None
-
-    def __post_init__(self) -> None:
-        self._generator = torch.Generator().manual_seed(self.seed)
-
-    def split(self, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-        if split == "train":
-            return self.x_train, self.y_train
-        if split in ("val", "validation"):
-            return self.x_val, self.y_val
-        raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-
-    def batch(self, n: int, split: str = "train", generator: torch.Generator | None = None):
-        """A random batch of `n` examples (the whole split if n covers it): (inputs, targets)."""
-        x, y = self.split(split)
-        if n >= len(x):
-            return x, y
-        gen = generator if generator is not None else self._generator
-        index = torch.randperm(len(x), generator=gen)[:n].to(x.device)
-        return x[index], y[index]
-
-    def to(self, device: torch.device | str) -> Dataset:
-        """A copy of this dataset on `device` (tensors moved once, not per batch)."""
-        tensors = (self.x_train, self.y_train, self.x_val, self.y_val)
-        masks = [None if m is None else m.to(device) for m in (self.masks_train, self.masks_val)]
-        return Dataset(self.name, self.task, *(t.to(device) for t in tensors), self.input_shape, self.output_dim,
-                       self.seed, *masks)
-
-    @property
-    def dims(self) -> DataDims:
-        return DataDims(self.input_shape, self.output_dim, self.task)
-
-    @property
-    def input_dim(self) -> int:
-        return math.prod(self.input_shape)
-
-    @property
-    def n_train(self) -> int:
-        return len(self.x_train)
-
-    @property
-    def n_val(self) -> int:
-        return len(self.x_val)
-
-
-def dims(section) -> DataDims:
-    """(input_shape, output_dim, task) of a data section, without generating the data."""
-    return DataDims.of(DATASETS[section.name].extra["dims"](section.params))
-
-
-def build_dataset(section) -> Dataset:
-    """Generate (or load from the cache) the dataset a spec's data section describes."""
-    key = tuple(sorted(section.params.items()))
-    return _cached(section.name, key)
-
-
-@lru_cache(maxsize=16)
-def _cached(name: str, key: tuple) -> Dataset:
-    params = dict(key)
-    tensors = DATASETS[name].factory(**params)  # (x_train, y_train, x_val, y_val[, masks_train, masks_val])
-    shape, output_dim, task = DataDims.of(DATASETS[name].extra["dims"](params))
-    return Dataset(name, task, *tensors[:4], shape, output_dim, params.get("seed", 0), *tensors[4:])
-
-
-SEED = Param("seed", "int", 0, "seed of the data generator (independent of the training seed)", low=0, high=2**31 - 1)
-
-from explorer.data import synthetic, tabular, images, text  # noqa: E402,F401  (register the datasets)
+__all__ = ["DATASETS", "SEED", "TASKS", "DataDims", "Dataset", "build_dataset", "clear_cache", "dims", "loss_function"]

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from explorer.data import DATASETS, SEED
+from explorer.data.base import DATASETS, SEED
 from explorer.data.tabular import VAL_FRACTION, _split_standardize
 from explorer.registry import Param, SpecError
 

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from explorer.data import DATASETS, SEED
+from explorer.data.base import DATASETS, SEED
 from explorer.registry import Param, SpecError
 
 

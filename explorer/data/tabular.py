@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from explorer.data import DATASETS, SEED
+from explorer.data.base import DATASETS, SEED
 from explorer.registry import Param
 
 VAL_FRACTION = Param("val_fraction", "float", 0.2, "share of examples held out for validation", low=0.05, high=0.9)

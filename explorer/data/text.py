@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from explorer.data import DATASETS, SEED
+from explorer.data.base import DATASETS, SEED
 from explorer.data.images import _folder
 from explorer.registry import Param, SpecError
 

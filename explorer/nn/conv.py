@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from explorer.nn.blocks import Linear
-from explorer.nn.models import MODELS, Network, Stack
+from explorer.nn.base import MODELS, Network, Stack
 from explorer.registry import Param, SpecError
 from explorer.topology import build_topology, is_shareable
 

@@ -7,7 +7,8 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from explorer.nn.models import WEIGHT_ROLES, Stack, roles
+from explorer.data import loss_function
+from explorer.nn.base import WEIGHT_ROLES, Stack, roles
 from explorer.nn.transformer import Attention
 from explorer.topology import DCA
 from explorer.probes.core import PROBES
@@ -183,10 +184,9 @@ def infer_task(targets: torch.Tensor) -> str:
     tensors={"targets": "targets of the batch; without them the proxy loss 0.5 * mean(output^2) is used"},
 )
 def dead(model, inputs, task, targets):
-    """Gradient of the task loss (explorer.train.loss_function) on `targets`, or without targets of
+    """Gradient of the task loss (explorer.data.loss_function) on `targets`, or without targets of
     the proxy loss 0.5 * mean(out^2); counted per weight matrix: entries exactly 0 and rows all 0.
     Gradients come from torch.autograd.grad, so no .grad is written."""
-    from explorer.train import loss_function
 
     named = _weights(model)
     with torch.enable_grad():

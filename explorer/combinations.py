@@ -1,0 +1,45 @@
+"""Checks across spec sections: shapes that must fit, shortcuts that must exist, devices present.
+
+Each section of a spec is validated against its own registry entry; what only a combination
+can get wrong is checked here, where data, models, topologies, inits and optimizers are all
+known. The check registers itself with the catalog, which the spec calls at construction.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from explorer.catalog import add_check
+from explorer.data import DATASETS, dims
+from explorer.init import check_init
+from explorer.nn.base import MODELS, check_model, n_blocks
+from explorer.optim import is_full_batch
+from explorer.registry import SpecError
+from explorer.topology import TOPOLOGIES, check_topology
+
+
+@add_check
+def check_combination(spec) -> None:
+    """Raise SpecError(field, fix) for the first cross-section problem of `spec`."""
+    data_check = DATASETS[spec.data.name].extra.get("check")
+    if data_check:
+        data_check(spec.data.params)
+    data_dims = dims(spec.data)
+    if TOPOLOGIES[spec.topology.name].extra.get("transformer_only") and not MODELS[spec.model.name].extra.get("transformer"):
+        hint = "use none for a network without residual connections" if spec.topology.name == "skipless" \
+            else "use grn-v3 on other models"
+        raise SpecError("topology.name", f"{spec.topology.name} exists only for Transformers (model.name=gpt or vit); {hint}")
+    if data_dims.task == "language-modeling" and spec.model.name != "gpt":
+        raise SpecError("model.name", f"{spec.data.name} gives token sequences, which only the gpt model reads; "
+                                      "set model.name=gpt (or choose a vector or image dataset)")
+    check_model(spec, data_dims)
+    check_init(spec)
+    blocks = n_blocks(spec)
+    check_topology(spec.topology, blocks)
+    if spec.train.device == "cuda" and not torch.cuda.is_available():
+        raise SpecError("train.device", "CUDA is not available on this machine; use device 'auto' or 'cpu'")
+    if spec.model.params.get("norm") == "batchnorm" and spec.train.batch_size < 2 and not is_full_batch(spec.optim):
+        raise SpecError("train.batch_size", "batch normalisation needs at least 2 examples per batch; set train.batch_size=2 or more")
+    if spec.train.log_every > spec.train.steps:
+        raise SpecError("train.log_every", f"log_every ({spec.train.log_every}) is larger than steps ({spec.train.steps}); "
+                                           f"set it to {spec.train.steps} or less")

@@ -1,0 +1,115 @@
+"""What every model shares: the registry, the Stack that runs blocks under a Topology, the Network
+(embed -> stack -> head), parameter roles and the model checks. Model files import only this."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from explorer.registry import Param, Registry
+from explorer.topology import Topology, stem_activation
+
+# Roles of weights that initialisation schemes fill (the others: norm, bias, pos, mix, scale).
+WEIGHT_ROLES = ("embed", "main", "stem.in", "stem.mid", "stem.out", "attn.q", "attn.k", "attn.v", "attn.o", "head")
+BRANCH_ENDS = ("stem.out", "attn.o")  # last layer of a residual branch: zero-preserving schemes start it at (near) 0
+
+MODELS = Registry(
+    "models",
+    common=(
+        Param("depth", "int", 8, "number of layers (see each model for how they split into blocks)", low=1, high=10_000),
+        Param("width", "int", 64, "width of the residual stream", low=1, high=65_536),
+    ),
+)
+
+
+class Gated(nn.Module):
+    """alpha * f(x) with a learnable scalar alpha starting at 0 (ReZero, SkipInit)."""
+
+    ROLES = {"alpha": "scale"}
+
+    def __init__(self, block: nn.Module):
+        super().__init__()
+        self.block = block
+        self.alpha = nn.Parameter(torch.zeros(()))
+
+    def forward(self, *inputs):
+        return self.alpha * self.block(*inputs)
+
+
+class Stack(nn.Module):
+    """Blocks f_1..f_L run under a Topology (the part probes look at).
+
+    After each merge the main stem applies `activation` ("none" or "relu"), or, for post-norm
+    Transformers, block j's own normalisation `post_norms[j - 1]`.
+    """
+
+    def __init__(self, blocks: list[nn.Module], topology: Topology, activation: str = "none",
+                 post_norms: list[nn.Module] | None = None):
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        self.topology = topology
+        self.activation = activation
+        self.post_norms = nn.ModuleList(post_norms) if post_norms is not None else None
+
+    @property
+    def acts(self) -> list:
+        """The main-stem operation after each block's merge."""
+        if self.post_norms is not None:
+            return list(self.post_norms)
+        return [stem_activation(self.activation)] * len(self.blocks)
+
+    def forward(self, x0):
+        return self.topology.run(x0, self.blocks, self.acts)
+
+
+class Network(nn.Module):
+    """embed -> stack -> head; `stack` maps the embedded input to the stream the head reads."""
+
+    def __init__(self, embed: nn.Module, stack: Stack, head: nn.Module):
+        super().__init__()
+        self.embed = embed
+        self.stack = stack
+        self.head = head
+
+    def forward(self, x):
+        return self.head(self.stack(self.embed(x)))
+
+
+class ReLU(nn.Sequential):
+    """A layer followed by ReLU (the MLP-ResNet's input and fully connected layers)."""
+
+    def __init__(self, layer: nn.Module):
+        super().__init__(layer, nn.ReLU())
+
+
+def n_blocks(spec) -> int:
+    """How many blocks the topology spans (a Transformer at module level counts attention and MLP apart)."""
+    return MODELS[spec.model.name].extra["n_blocks"](spec.model.params, spec.topology)
+
+
+def check_model(spec, data_dims) -> None:
+    entry = MODELS[spec.model.name]
+    if entry.extra.get("check"):
+        entry.extra["check"](spec.model.params, data_dims)
+    if entry.extra.get("check_spec"):
+        entry.extra["check_spec"](spec)
+
+
+def roles(model: nn.Module) -> dict[str, str]:
+    """{parameter name: role} for every parameter of the model.
+
+    Roles come from each module's ROLES; topology parameters are "mix" (coefficients) or
+    "scale" (tau).
+    """
+    found = {}
+    for module_name, module in model.named_modules():
+        declared = getattr(module, "ROLES", {})
+        for param_name, _ in module.named_parameters(recurse=False):
+            if isinstance(module, Topology):
+                role = "scale" if param_name == "tau" else "mix"
+            else:
+                role = declared.get(param_name)
+            if role is None:
+                raise AssertionError(f"parameter {module_name}.{param_name} has no role")
+            found[f"{module_name}.{param_name}" if module_name else param_name] = role
+    return found
