@@ -1,32 +1,15 @@
-"""One module per paper: its presets (named specs at CPU scale) and its claims (see explorer.papers.claims)."""
+"""One module per paper: its presets (named specs at CPU scale) and its claims (see explorer.papers.claims).
+
+Importing this package imports every paper module, which registers its claims, and registers their
+presets; the paper modules import only `explorer.papers.base` and `explorer.papers.claims` of this package.
+"""
 
 from __future__ import annotations
 
-from explorer.registry import Entry, Registry
+from explorer.papers.base import PRESETS, preset, register_presets
+from explorer.papers import ancre, dca, idinit, skipless, tau  # noqa: I001  (register their claims)
 
-PRESETS = Registry("presets")
+for _module in (ancre, dca, idinit, skipless, tau):
+    register_presets(_module.__name__.rsplit(".", 1)[-1], _module.PRESETS)
 
-
-def _register_presets() -> None:
-    from explorer.papers import ancre, dca, idinit, skipless, tau
-
-    for module in (ancre, dca, idinit, skipless, tau):
-        for name, (description, spec_dict) in module.PRESETS.items():
-            PRESETS.add(Entry(name, description, (), _loader(spec_dict), {"paper": module.__name__.rsplit(".", 1)[-1]}))
-
-
-def _loader(spec_dict):
-    def load():
-        from explorer.spec import ExperimentSpec
-
-        return ExperimentSpec.from_dict(spec_dict)
-
-    return load
-
-
-def preset(name: str):
-    """The ExperimentSpec registered under `name` (a SpecError lists the valid names)."""
-    return PRESETS.lookup(name, "preset").factory()
-
-
-_register_presets()
+__all__ = ["PRESETS", "preset"]

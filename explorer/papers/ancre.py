@@ -71,6 +71,9 @@ PRESETS.update({
 # running all the claims, or the notebook (which draws its figures from the same runs), trains each
 # configuration once per process.
 
+from explorer.papers.base import preset
+from explorer.probes import probe
+from explorer.train import train
 from explorer.papers.claims import Verdict, claim  # noqa: E402
 
 _FLOAT_FLOOR = 1e-9   # float32 losses bottom out near 1e-12..1e-13 here; rates are fitted above 1e-9
@@ -82,17 +85,15 @@ def train_cached(name: str, **overrides):
     on one thread (thread start-up costs dominate their 8-wide matmuls). The notebook calls this too."""
     import torch
 
-    import explorer
-
     key = (name, tuple(sorted(overrides.items())))
     if key not in _CACHE:
-        spec = explorer.preset(name).with_values(overrides) if overrides else explorer.preset(name)
+        spec = preset(name).with_values(overrides) if overrides else preset(name)
         threads = torch.get_num_threads()
         small = spec.to_dict()["model"]["name"] == "linear"
         if small:
             torch.set_num_threads(1)
         try:
-            _CACHE[key] = explorer.train(spec)
+            _CACHE[key] = train(spec)
         finally:
             torch.set_num_threads(threads)
     return _CACHE[key]
@@ -294,8 +295,6 @@ def early_share(own, half: int | None = None) -> dict:
        "final val loss(ANCRe) < val loss(cascaded) after the same steps (400; fast: 40) AND ANCRe's mean share of "
        "ingoing weight on sources 0..L/2 (destinations that can also read later sources) > the uniform share")
 def _gpt(fast: bool) -> Verdict:
-    import explorer
-
     steps = 40 if fast else 400
     overrides = {"train.steps": steps}
     if fast:
@@ -303,7 +302,7 @@ def _gpt(fast: bool) -> Verdict:
     cas = train_cached("ancre-table2-cascaded", **overrides)
     anc = train_cached("ancre-table2-ancre", **overrides)
     val = {name: run.history[-1].get("val_loss") for name, run in (("cascaded", cas), ("ancre", anc))}
-    coeffs = explorer.probe(anc.model, anc.data.x_val[:4], "coefficients")
+    coeffs = probe(anc.model, anc.data.x_val[:4], "coefficients")
     share = early_share(coeffs["own"])
     lower = val["ancre"] is not None and val["cascaded"] is not None and val["ancre"] < val["cascaded"]
     early = share["early_share"] > share["uniform_share"]

@@ -60,8 +60,10 @@ PRESETS.update({
 
 
 # =========================================================================== claims
-# The checks import explorer inside their bodies: this module is imported while explorer is.
 
+from explorer.papers.base import preset
+from explorer.spec import ExperimentSpec
+from explorer.train import build, train
 from explorer.papers.claims import Verdict, claim  # noqa: E402
 
 _RUNS: dict = {}  # spec JSON -> Run, so that the claims and the notebook (02_dca) train each spec once per process
@@ -70,11 +72,9 @@ _RUNS: dict = {}  # spec JSON -> Run, so that the claims and the notebook (02_dc
 def train_cached(spec):
     """`explorer.train(spec)`, memoised on the spec (runs are deterministic on CPU). The notebook draws its
     figures from these runs, and the claims re-use them."""
-    import explorer
-
     key = spec.to_json(indent=None)
     if key not in _RUNS:
-        _RUNS[key] = explorer.train(spec)
+        _RUNS[key] = train(spec)
     return _RUNS[key]
 
 
@@ -85,9 +85,7 @@ def _summary(spec) -> dict:
 
 def fig1_spec(task: str, topology: str, fast: bool):
     """The Figure 1 run of the claim (task "identity" or "affine", topology "resnet" or "grn-v1")."""
-    import explorer
-
-    spec = explorer.preset(f"dca-fig1{'a' if task == 'identity' else 'b'}-{topology}")
+    spec = preset(f"dca-fig1{'a' if task == 'identity' else 'b'}-{topology}")
     # fast: a fifth of the batches; the loss is logged (and the 1000 validation examples evaluated) less often
     return spec.with_values({"train.steps": 100, "train.log_every": 50} if fast else {"train.log_every": 50})
 
@@ -119,11 +117,9 @@ def _fig1(fast: bool) -> Verdict:
 
 def thm41_spec(topology: str, fast: bool):
     """The Theorem 4.1 run of the claim (topology "none", "cascaded" or "grn-v1")."""
-    import explorer
-
     # d = 8, T = 2 layers of rank 1 (r_* = 2 < d), full-rank target A with singular values in [0.5, 1.5] and
     # whitened inputs (X^T X / n = I), so the training loss 0.5 mean ||y - A_hat x||^2 is exactly 0.5 ||A - A_hat||_F^2.
-    return explorer.ExperimentSpec.from_dict({
+    return ExperimentSpec.from_dict({
         "data": {"name": "whitened-regression", "dim": 8, "n_train": 64, "n_val": 64, "rank": 8, "seed": 3},
         "model": {"name": "lowrank", "depth": 2, "width": 8, "rank": 1},
         "topology": {"name": topology},
@@ -142,11 +138,10 @@ def thm41_spec(topology: str, fast: bool):
        "its class optimum from explorer.theory: 2 x loss within [1 - 1e-3, 1.05] x ER*(class); the theory "
        "optima are ordered as above and the trained losses order baseline > ResNet > GRN-v1")
 def _thm41(fast: bool) -> Verdict:
-    import explorer
     import numpy as np
     from explorer import theory
 
-    _, data = explorer.build(thm41_spec("cascaded", fast))
+    _, data = build(thm41_spec("cascaded", fast))
     x, y = data.x_train.double().numpy(), data.y_train.double().numpy()
     A = np.linalg.solve(x.T @ x, x.T @ y).T  # the target map, recovered exactly (X^T X / n = I)
     optima = theory.optimal_excess_risks(A, [1, 1])
@@ -173,9 +168,7 @@ def _thm41(fast: bool) -> Verdict:
 
 
 def _gpt_inputs(spec, n: int = 4):
-    import explorer
-
-    _, data = explorer.build(spec)
+    _, data = build(spec)
     return data.x_val[:n]
 
 
@@ -185,19 +178,18 @@ def _gpt_inputs(spec, n: int = 4):
        "max |output difference| <= 1e-5 between each variant and the Transformer built with the same seed "
        "(6-block GPT of dca-table7-*, float32, 4 validation sequences)")
 def _init_equal(fast: bool) -> Verdict:
-    import explorer
     import torch
 
-    base = explorer.preset("dca-table7-transformer")
+    base = preset("dca-table7-transformer")
     x = _gpt_inputs(base)
     with torch.no_grad():
-        reference, _ = explorer.build(base)
+        reference, _ = build(base)
         ref_out = reference.eval()(x)
         measured = {"output_scale_max_abs": float(ref_out.abs().max())}
         variants = ("dca", "grn-v1") if fast else ("dca", "grn-v1", "grn-v2", "grn-v3", "2-dca")
         for variant in variants:
             name = "dca-table1-2-dca" if variant == "2-dca" else f"dca-table7-{variant}"
-            model, _ = explorer.build(explorer.preset(name))
+            model, _ = build(preset(name))
             measured[f"max_abs_diff_{variant}"] = float((model.eval()(x) - ref_out).abs().max())
     holds = all(v <= 1e-5 for k, v in measured.items() if k.startswith("max_abs_diff"))
     return Verdict(measured, holds, "one seed (0), width 64, context 64; outputs are logits over the characters")
@@ -205,9 +197,7 @@ def _init_equal(fast: bool) -> Verdict:
 
 def table7_spec(variant: str, fast: bool, width: int | None = None):
     """The small-GPT run of the Table 7 and Table 2 claims (variant "transformer", "grn-v1", ..., "dca", "2-dca")."""
-    import explorer
-
-    spec = explorer.preset("dca-table1-2-dca" if variant == "2-dca" else f"dca-table7-{variant}")
+    spec = preset("dca-table1-2-dca" if variant == "2-dca" else f"dca-table7-{variant}")
     changes = {"train.steps": 60, "train.log_every": 60} if fast else {"train.log_every": 100}
     if width is not None:
         changes["model.width"] = width

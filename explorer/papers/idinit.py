@@ -18,6 +18,11 @@ from __future__ import annotations
 
 import math
 
+from explorer.nn import roles
+from explorer.papers.base import preset
+from explorer.probes import probe
+from explorer.spec import ExperimentSpec
+from explorer.train import build, train
 from explorer.papers.claims import Verdict, claim
 
 # --------------------------------------------------------------------------- presets
@@ -134,27 +139,21 @@ def negate_targets_callback(event) -> None:
 
 
 def _embed_name(model) -> str:
-    import explorer
-
-    return next(name for name, role in explorer.roles(model).items() if role == "embed")
+    return next(name for name, role in roles(model).items() if role == "embed")
 
 
 def residual_rank(model, data, layer: str = "stack.blocks.0.inner.weight") -> int:
     """rank(theta - I) of one square weight matrix, from the `weights` probe (numpy's default tolerance)."""
-    import explorer
-
-    result = explorer.probe(model, data.x_val[:8], "weights")
+    result = probe(model, data.x_val[:8], "weights")
     row = list(result["names"]).index(layer)
     return int(result["residual_rank"][row])
 
 
 def rank_runs(steps: int, seed: int = 0) -> dict:
     """Train the Figure 4b net with padded identity and with zero padding; the two runs."""
-    import explorer
-
-    spec = explorer.preset("idinit-fig4b-padded-identity").with_values({"train.steps": steps, "train.seed": seed})
-    return {"padded identity": explorer.train(spec),
-            "zero padding": explorer.train(spec, callbacks=[zero_padding_callback])}
+    spec = preset("idinit-fig4b-padded-identity").with_values({"train.steps": steps, "train.seed": seed})
+    return {"padded identity": train(spec),
+            "zero padding": train(spec, callbacks=[zero_padding_callback])}
 
 
 def layer_spread(model) -> float:
@@ -166,33 +165,27 @@ def layer_spread(model) -> float:
 
 def symmetry_runs(steps: int) -> dict:
     """Figure 10: GD, plain SGD and SGD with momentum from identity on y = -x."""
-    import explorer
-
-    gd = explorer.preset("idinit-fig10-gd").with_values({"train.steps": steps})
-    sgdm = explorer.preset("idinit-fig10-sgd-momentum").with_values({"train.steps": steps})
+    gd = preset("idinit-fig10-gd").with_values({"train.steps": steps})
+    sgdm = preset("idinit-fig10-sgd-momentum").with_values({"train.steps": steps})
     sgd = sgdm.with_values({"optim.momentum": 0.0})
-    return {name: explorer.train(spec, callbacks=[negate_targets_callback])
+    return {name: train(spec, callbacks=[negate_targets_callback])
             for name, spec in (("GD", gd), ("SGD", sgd), ("SGD+momentum", sgdm))}
 
 
 def dead_counts(model, data, n: int = 256) -> dict:
     """Dead (exactly zero-gradient) weights of the residual branches' first layers (role stem.in) and
     the rest, on `n` training examples with their labels."""
-    import explorer
-
-    result = explorer.probe(model, data.x_train[:n], "dead", targets=data.y_train[:n])
-    roles = explorer.roles(model)
-    first = [i for i, name in enumerate(result["names"]) if roles[name] == "stem.in"]
+    result = probe(model, data.x_train[:n], "dead", targets=data.y_train[:n])
+    role_of = roles(model)
+    first = [i for i, name in enumerate(result["names"]) if role_of[name] == "stem.in"]
     return {"stem_in_dead": int(result["dead_weights"][first].sum()),
             "stem_in_total": int(result["total_weights"][first].sum()),
             "per_layer": [int(result["dead_weights"][i]) for i in first]}
 
 
 def chi_at_init(spec, n_inputs: int = 8) -> float:
-    import explorer
-
-    model, data = explorer.build(spec)
-    return float(explorer.probe(model, data.x_val[:n_inputs], "jacobian", max_inputs=n_inputs)["chi"].mean())
+    model, data = build(spec)
+    return float(probe(model, data.x_val[:n_inputs], "jacobian", max_inputs=n_inputs)["chi"].mean())
 
 
 def steps_to(run, threshold: float = ACCURACY) -> int | None:
@@ -249,15 +242,13 @@ def _gd_vs_sgd(fast: bool) -> Verdict:
        "at initialisation, dead stem.in weights: zero branch ends >= 99% of them, IDIZ_1e-6 no more than an "
        "all-Kaiming net of the same shape (what the data alone leaves dead)")
 def _idiz_dead(fast: bool) -> Verdict:
-    import explorer
-
     counts = {}
-    for name, preset in (("zero", "idinit-fig5-zero"), ("idiz", "idinit-fig5-idiz")):
-        model, data = explorer.build(explorer.preset(preset))
+    for name, preset_name in (("zero", "idinit-fig5-zero"), ("idiz", "idinit-fig5-idiz")):
+        model, data = build(preset(preset_name))
         counts[name] = dead_counts(model, data)
     # Baseline: dead weights that no branch-end choice can revive (inputs that are constant on the batch).
-    baseline_spec = explorer.ExperimentSpec.from_dict({**_dead_spec(0.0), "init": {"name": "kaiming"}})
-    baseline_model, data = explorer.build(baseline_spec)
+    baseline_spec = ExperimentSpec.from_dict({**_dead_spec(0.0), "init": {"name": "kaiming"}})
+    baseline_model, data = build(baseline_spec)
     baseline = dead_counts(baseline_model, data)
     total = counts["zero"]["stem_in_total"]
     measured = {"stem_in_total": total, "dead_zero_init": counts["zero"]["stem_in_dead"],
@@ -272,8 +263,8 @@ def _idiz_dead(fast: bool) -> Verdict:
             "except those. ")
     if not fast:
         steps = 100
-        for name, preset in (("zero", "idinit-fig5-zero"), ("idiz", "idinit-fig5-idiz")):
-            run = explorer.train(explorer.preset(preset).with_values({"train.steps": steps}))
+        for name, preset_name in (("zero", "idinit-fig5-zero"), ("idiz", "idinit-fig5-idiz")):
+            run = train(preset(preset_name).with_values({"train.steps": steps}))
             measured[f"dead_{name}_after_{steps}_steps"] = dead_counts(run.model, run.data)["stem_in_dead"]
             measured[f"val_accuracy_{name}_after_{steps}_steps"] = run.history[-1].get("val_accuracy")
         note += f"Full mode also counts after {steps} SGD steps (reported, not judged)."
@@ -285,12 +276,10 @@ def _idiz_dead(fast: bool) -> Verdict:
        "and far above 1 with the default initialisation.",
        "chi (jacobian probe, mean over 8 validation inputs): |chi_IDInit - 1| < 0.1 and chi_default > 2")
 def _chi(fast: bool) -> Verdict:
-    import explorer
-
     depths = [16] if fast else [16, 64]
     measured, holds_at = {}, {}
     for depth in depths:
-        chi = {name: chi_at_init(explorer.preset(f"idinit-fig18-{name}").with_values({"model.depth": depth}))
+        chi = {name: chi_at_init(preset(f"idinit-fig18-{name}").with_values({"model.depth": depth}))
                for name in ("idinit", "default")}
         measured[f"chi_idinit_depth{depth}"] = chi["idinit"]
         measured[f"chi_default_depth{depth}"] = chi["default"]
@@ -308,18 +297,16 @@ def _chi(fast: bool) -> Verdict:
        "median over seeds of the first logged step with validation accuracy >= 80%: IDInit < Kaiming "
        "(a run that never gets there counts as never)")
 def _steps_to_accuracy(fast: bool) -> Verdict:
-    import explorer
-
     seeds = [0] if fast else [0, 1, 2]
     steps = 40 if fast else 300
     found = {"idinit": [], "kaiming": []}
     final = {"idinit": [], "kaiming": []}
     for init in found:
         for seed in seeds:
-            spec = explorer.preset(f"idinit-table1-{init}").with_values({"train.steps": steps, "train.seed": seed})
+            spec = preset(f"idinit-table1-{init}").with_values({"train.steps": steps, "train.seed": seed})
             if fast:
                 spec = spec.with_values({"train.log_every": 5, "model.width": 8})
-            run = explorer.train(spec)
+            run = train(spec)
             found[init].append(steps_to(run))
             final[init].append(run.history[-1].get("val_accuracy"))
 

@@ -43,7 +43,10 @@ PRESETS.update({
 
 # ------------------------------------------------------------------------------------------ claims
 
-from explorer.papers.claims import Verdict, claim  # noqa: E402  (explorer itself is imported inside the checks)
+from explorer.papers.base import preset
+from explorer.probes import probe
+from explorer.train import build, train
+from explorer.papers.claims import Verdict, claim  # noqa: E402
 
 _FAST_TRAIN = {"model.depth": 4, "model.width": 32, "model.heads": 2, "data.n_val": 256,
                "train.steps": 200, "train.batch_size": 32, "train.log_every": 20}
@@ -51,14 +54,12 @@ _RUNS: dict = {}  # (preset, fast) -> Run, shared by the Table 1 and Figure 4 cl
 
 
 def trained(name: str, fast: bool):
-    import explorer
-
     key = (name, fast)
     if key not in _RUNS:
-        spec = explorer.preset(name)
+        spec = preset(name)
         if fast:
             spec = spec.with_values(_FAST_TRAIN)
-        _RUNS[key] = explorer.train(spec)
+        _RUNS[key] = train(spec)
     return _RUNS[key]
 
 
@@ -97,15 +98,13 @@ def attention_input_jacobians(model, images) -> list:
 def _kl_conditioning(fast: bool) -> Verdict:
     import numpy as np
 
-    import explorer
-
     configs = [(2, 4)] if fast else [(1, 6), (2, 6)]  # (heads, depth)
     measured, ok = {}, True
     for heads, depth in configs:
         medians = {}
         for init, name in (("default", "skip-sec5-skipless"), ("proposed", "skip-sec5-skipless-init")):
-            spec = explorer.preset(name).with_values({"model.heads": heads, "model.depth": depth})
-            model, data = explorer.build(spec)
+            spec = preset(name).with_values({"model.heads": heads, "model.depth": depth})
+            model, data = build(spec)
             images = data.x_val[:8]
             d = spec.model.params["width"]
             spectra = attention_input_jacobians(model, images)
@@ -113,7 +112,7 @@ def _kl_conditioning(fast: bool) -> Verdict:
             keep = tokens * (d - 2)
             kappas = [float(s[0] / s[keep - 1]) for s in spectra]
             ranks = [int((s > 1e-5 * s[0]).sum()) for s in spectra]
-            att = explorer.probe(model, images, "attention")
+            att = probe(model, images, "attention")
             tag = f"{init}_h{heads}_L{depth}"
             measured[f"kappa_K_{tag}"] = [float(f"{k:.3g}") for k in kappas]
             measured[f"rank_K_{tag}(of {keep})"] = ranks
@@ -161,13 +160,11 @@ def _table1_accuracy(fast: bool) -> Verdict:
 def _fig4_dense_miou(fast: bool) -> Verdict:
     import numpy as np
 
-    import explorer
-
     miou = {}
     for label, name in (("skip", "skip-table1-skip"), ("skipless_init", "skip-table1-skipless-init")):
         run = trained(name, fast)
         data = run.data
-        result = explorer.probe(run.model, data.x_val[:64], "pca", masks=data.masks_val[:64])
+        result = probe(run.model, data.x_val[:64], "pca", masks=data.masks_val[:64])
         miou[label] = np.asarray(result["miou"], dtype=float)
     depth = len(miou["skip"]) - 1
     deep = [b for b in range(depth + 1) if b > depth / 2]

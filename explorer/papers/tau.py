@@ -57,6 +57,9 @@ PRESETS.update({
 # `expected`) before any number is read. The helpers below are cached per configuration, so the
 # notebook (notebooks/04_tau.ipynb) and the claims train each configuration once per process.
 
+from explorer.papers.base import preset
+from explorer.probes import probe
+from explorer.train import build, train
 from explorer.papers.claims import Verdict, claim  # noqa: E402
 
 RULES = {"1/L": lambda L: 1.0 / L, "1/sqrt(L)": lambda L: L ** -0.5, "1/L^0.25": lambda L: L ** -0.25}
@@ -81,17 +84,15 @@ def init_norm_ratio(rule: str, depth: int, seed: int = 0, examples: int = 128) -
     def make():
         import torch
 
-        import explorer
-
-        spec = explorer.preset(f"tau-fig1-{rule}").with_values({"model.depth": depth, "train.seed": seed})
-        model, data = explorer.build(spec)
+        spec = preset(f"tau-fig1-{rule}").with_values({"model.depth": depth, "train.seed": seed})
+        model, data = build(spec)
         model = model.double().eval()
         x = data.x_val[:examples].double()
         with torch.no_grad():
             h0 = model.embed(x)
             h = model.stack(h0)
         ratio2 = (h.flatten(1).norm(dim=1) / h0.flatten(1).norm(dim=1)) ** 2
-        per_layer = explorer.probe(model, x, "norms")["relative_input_norm"]
+        per_layer = probe(model, x, "norms")["relative_input_norm"]
         return {"tau": RULES[rule](depth), "ratio2": ratio2.numpy(), "per_layer": per_layer}
 
     return _cached(("init", rule, depth, seed, examples), make)
@@ -101,10 +102,8 @@ def fig1_run(rule: str, depth: int, steps: int = 300):
     """The Figure 1 preset tau-fig1-`rule` ("1/L", "1/sqrt(L)", "1/L^0.25", "feedforward") trained
     at `depth` for `steps` steps (explorer.train, cached)."""
     def make():
-        import explorer
-
-        spec = explorer.preset(f"tau-fig1-{rule}").with_values({"model.depth": depth, "train.steps": steps})
-        return explorer.train(spec)
+        spec = preset(f"tau-fig1-{rule}").with_values({"model.depth": depth, "train.steps": steps})
+        return train(spec)
 
     return _cached(("fig1", rule, depth, steps), make)
 
@@ -145,18 +144,16 @@ def bn_stream_norms(preset_name: str, depth: int, train_steps: int = 0, examples
     def make():
         import numpy as np
 
-        import explorer
-
-        spec = explorer.preset(preset_name).with_values({"model.depth": depth, "train.steps": train_steps or 100})
+        spec = preset(preset_name).with_values({"model.depth": depth, "train.steps": train_steps or 100})
         if train_steps:
-            run = explorer.train(spec)
-            model, data, status = run.model, explorer.build(spec)[1], run.status
+            run = train(spec)
+            model, data, status = run.model, build(spec)[1], run.status
         else:
-            model, data = explorer.build(spec)
+            model, data = build(spec)
             status = "init"
         x = data.x_val[:examples].to(next(model.parameters()).device)
         calibrate_batchnorm(model, x)
-        result = explorer.probe(model, x, "norms")
+        result = probe(model, x, "norms")
         n = (depth - 2) // 6
         stream = np.asarray(result["input_norm"], dtype=float)
         stage1 = stream[1:n] / stream[1]  # ||h_l|| / ||h_1||, l = 1..n-1
