@@ -218,13 +218,25 @@ class ANCRe(Topology):
     c start at 0, so every normalisation starts uniform. normalization="none" uses
     p_ij = exp(c_ij / temperature) without the normaliser: every shortcut starts at full
     strength and nothing bounds them (Table 4's ablation; it may diverge).
-    x_j = act(y_j + sum_{i<j} p_ij x_i), as in the official code's h_{j+1} = Block_j(h_j) + sum_i p_ij h_i.
+
+    Two forms, chosen by what a block is:
+
+    * plain layers (the linear case study, Sec. 3-4, Eq. 7): x_j = act(y_j + sum_{i<j} p_ij x_i);
+      the shortcuts are the only skips (`layer_residual=False`);
+    * whole residual layers (Transformers at block level, Sec. 5 and the official code
+      zhangyilang/ANCRe, ancre/ancre.py and llm/pretraining/modeling_llama.py: the shortcut sum
+      is added to the decoder layer's output, which already holds the layer's own residual):
+      h_j = layer_j(h_{j-1}) + sum_{i<j} p_ij h_i with layer_j(h) = h + y_j(h), i.e.
+      x_j = act(x_{j-1} + y_j + sum_{i<j} p_ij x_i) (`layer_residual=True`). The model says
+      which (see explorer.nn.transformer); at init (uniform p) layer j reads 1 + 1/j of x_{j-1}.
     """
 
-    def __init__(self, n_blocks: int, normalization: str = "ingoing", temperature: float = 0.1):
+    def __init__(self, n_blocks: int, normalization: str = "ingoing", temperature: float = 0.01,
+                 layer_residual: bool = False):
         super().__init__(n_blocks)
         self.normalization = normalization
         self.temperature = temperature
+        self.layer_residual = layer_residual
         size = n_blocks + 1
         self.logits = nn.Parameter(torch.zeros(size, size))  # logits[i, j]: source i -> destination j
         self.register_buffer("mask", torch.ones(size, size).triu(1).bool(), persistent=False)
@@ -243,7 +255,8 @@ class ANCRe(Topology):
             mixer = Mixer(p, x0)
             x = x0
             for j, block in enumerate(blocks, start=1):
-                x = acts[j - 1](block(x) + mixer.mix(j))
+                y = block(x) + mixer.mix(j)
+                x = acts[j - 1](x + y if self.layer_residual else y)
                 mixer.push(x)
             mixer.close()
             return x
@@ -256,12 +269,14 @@ class ANCRe(Topology):
         history.append(x0)
         x = x0
         for j, block in enumerate(blocks, start=1):
-            x = acts[j - 1](block(x) + _weighted_sum(history, p[:j, j]))
+            y = block(x) + _weighted_sum(history, p[:j, j])
+            x = acts[j - 1](x + y if self.layer_residual else y)
             history.append(x)
         return x
 
     def own_matrix(self):
-        return self.probabilities().detach().cpu().double().numpy().T
+        own = self.probabilities().detach().cpu().double().numpy().T
+        return own + np.eye(len(own), k=-1) if self.layer_residual else own
 
 
 # --------------------------------------------------------------------------------------
@@ -588,12 +603,14 @@ def _shortcuts(n_blocks, width, depth, shortcuts):
     (
         Param("normalization", "choice", "ingoing", "softmax over sources (ingoing), destinations (outgoing), or none (may diverge)",
               choices=("ingoing", "outgoing", "none")),
-        Param("temperature", "float", 0.1, "softmax temperature (0.1 by default; 0.01 for the paper's language models)",
+        Param("temperature", "float", 0.01, "softmax temperature of the coefficients (0.01: the official code's default "
+                                            "and the paper's language models; the linear case-study presets set theirs)",
               low=1e-4, high=100.0),
     ),
+    layer_residual=True,
 )
-def _ancre(n_blocks, width, depth, normalization, temperature):
-    return ANCRe(n_blocks, normalization, temperature)
+def _ancre(n_blocks, width, depth, normalization, temperature, layer_residual=False):
+    return ANCRe(n_blocks, normalization, temperature, layer_residual)
 
 
 _K = Param("k", "int", 0, "first-and-last-k: keep x_0, the sum of the middle outputs and the last k (0 = all outputs)",
@@ -610,9 +627,15 @@ TOPOLOGIES.register("dca", "Transformers only: DeepCrossAttention, three GRN-v3 
     lambda n_blocks, width, depth, k: DCA(n_blocks, width, k))
 
 
-def build_topology(section, n_blocks: int, width: int, depth: int) -> Topology:
-    """Instantiate a spec's topology section for a stack of `n_blocks` blocks of width `width`."""
-    return TOPOLOGIES[section.name].factory(n_blocks, width, depth, **section.params)
+def build_topology(section, n_blocks: int, width: int, depth: int, whole_layers: bool = False) -> Topology:
+    """Instantiate a spec's topology section for a stack of `n_blocks` blocks of width `width`.
+
+    whole_layers: the blocks are whole residual layers (Transformer blocks at block level) whose own
+    residual a topology registered with `layer_residual=True` (ANCRe) keeps, as its paper does.
+    """
+    entry = TOPOLOGIES[section.name]
+    extra = {"layer_residual": True} if whole_layers and entry.extra.get("layer_residual") else {}
+    return entry.factory(n_blocks, width, depth, **section.params, **extra)
 
 
 def is_shareable(section) -> bool:

@@ -3,6 +3,7 @@ the skipless init's algebra, the GPT beating its corpus's unigram entropy, and s
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch.nn import functional as F
@@ -40,27 +41,72 @@ def built(s):
 
 
 # ---------------------------------------------------------------------------- the block itself
+def hand_layer(block, x):
+    """A pre-norm decoder layer written out: layer(h) = h + a + mlp(h + a), a = attn(LN(h)) (width 16, 2 heads)."""
+    at = block.attn
+    h = F.layer_norm(x, (16,), at.norm.norm.weight, at.norm.norm.bias)
+    q, k, v = (h @ w.T for w in (at.wq, at.wk, at.wv))
+    b, t, _ = q.shape
+    q, k, v = (z.view(b, t, 2, 8).transpose(1, 2) for z in (q, k, v))
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(8)
+    scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    a = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, 16) @ at.wo.T
+    x = x + a
+    mlp = block.mlp
+    h = F.layer_norm(x, (16,), mlp.norm.norm.weight, mlp.norm.norm.bias)
+    return x + F.gelu(h @ mlp.inner.weight.T) @ mlp.outer.weight.T
+
+
+def hand_head(model, x):
+    final_norm, head = model.head
+    return F.layer_norm(x, (16,), final_norm.norm.weight, final_norm.norm.bias) @ head.weight.T
+
+
 def test_gpt_matches_a_hand_written_pre_norm_transformer():
     model, idx = built(spec(positions="learned"))
     emb = model.embed
     x = F.embedding(idx, emb.weight.T) + emb.pos[: idx.shape[1]]
     for block in model.stack.blocks:
-        at = block.attn
-        h = F.layer_norm(x, (16,), at.norm.norm.weight, at.norm.norm.bias)
-        q, k, v = (h @ w.T for w in (at.wq, at.wk, at.wv))
-        b, t, _ = q.shape
-        q, k, v = (z.view(b, t, 2, 8).transpose(1, 2) for z in (q, k, v))
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(8)
-        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
-        a = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, 16) @ at.wo.T
-        x = x + a
-        mlp = block.mlp
-        h = F.layer_norm(x, (16,), mlp.norm.norm.weight, mlp.norm.norm.bias)
-        x = x + F.gelu(h @ mlp.inner.weight.T) @ mlp.outer.weight.T
-    final_norm, head = model.head
-    expected = F.layer_norm(x, (16,), final_norm.norm.weight, final_norm.norm.bias) @ head.weight.T
+        x = hand_layer(block, x)
     with torch.no_grad():
-        assert torch.allclose(model(idx), expected, atol=1e-5)
+        assert torch.allclose(model(idx), hand_head(model, x), atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [0.01, 1.0])
+def test_block_level_ancre_is_the_official_form(temperature):
+    """ANCRe Sec. 5 / official code: h_j = layer_j(h_{j-1}) + sum_{i<j} p_ij h_i, p_.j = softmax_i(c_ij / T),
+    where layer_j keeps its own residual (the old form dropped it: h_j = layer_j(h_{j-1}) - h_{j-1} + ...)."""
+    model, idx = built(spec(topology={"name": "ancre", "temperature": temperature}))
+    logits = model.stack.topology.logits
+    with torch.no_grad():
+        logits.copy_(torch.randn(logits.shape, generator=torch.Generator().manual_seed(0)) * temperature)
+    emb = model.embed
+    states = [F.embedding(idx, emb.weight.T) + emb.pos[: idx.shape[1]]]
+    for j, block in enumerate(model.stack.blocks, start=1):
+        c = torch.stack([logits[i, j] for i in range(j)]) / temperature
+        p = torch.exp(c - c.max()) / torch.exp(c - c.max()).sum()
+        states.append(hand_layer(block, states[-1]) + sum(p[i] * states[i] for i in range(j)))
+    with torch.no_grad():
+        assert torch.allclose(model(idx), hand_head(model, states[-1]), atol=1e-5)
+        ref = model.stack.topology.run_reference(model.embed(idx), model.stack.blocks, model.stack.acts)
+        assert torch.allclose(model.head(ref), hand_head(model, states[-1]), atol=1e-5)
+    own = model.stack.topology.coefficients().own  # x_j reads x_{j-1} once more than p says (its own residual)
+    assert np.allclose(own[3, 2], model.stack.topology.probabilities()[2, 3].item() + 1.0)
+
+
+def test_module_level_and_linear_ancre_keep_the_case_study_form():
+    """At module level (and on the linear nets) the shortcuts are the only skips: x_j = y_j + sum_i p_ij x_i."""
+    model, idx = built(spec(topology={"name": "ancre"}, level="module"))
+    assert not model.stack.topology.layer_residual
+    lnn, data = explorer.build(explorer.preset("ancre-fig2b-ancre"))
+    assert not lnn.stack.topology.layer_residual
+    x = data.x_train[:5]
+    p = lnn.stack.topology.probabilities()
+    states = [x]
+    for j, layer in enumerate(lnn.stack.blocks, start=1):
+        states.append(states[-1] @ layer.weight.T + sum(p[i, j] * states[i] for i in range(j)))
+    with torch.no_grad():
+        assert torch.allclose(lnn(x), states[-1], atol=1e-6)
 
 
 def test_post_norm_normalises_after_each_residual_addition():

@@ -5,9 +5,17 @@ LayerNorm, RMSNorm or no normalisation. The topology acts at one of two levels:
 
 * block level (default; ANCRe's MHSA-only choice, Table 1): the Stack's blocks are whole
   Transformer blocks, f(x) = a + mlp(x + a) with a = attn(x) (pre-norm), i.e. what the block
-  adds to its input; the attention-to-MLP skip inside the block stays. Under `cascaded`
-  this is the standard Transformer, under `dca` each block takes separate query, key and
-  value inputs;
+  adds to its input; the attention-to-MLP skip inside the block stays. Each topology then
+  follows its own paper's definition of a layer:
+  - `cascaded`, `tau`: x_j = x_{j-1} + f(x_{j-1}), the standard Transformer (scaled for tau);
+  - `ancre`: the official form h_j = layer_j(h_{j-1}) + sum_{i<j} p_ij h_i with
+    layer_j(h) = h + f(h) (ANCRe Sec. 5 and its official code): the layer keeps its own
+    residual and the shortcut sum comes on top (see topology.ANCRe, `layer_residual`);
+  - `grn-v*`, `dca`: the mixes read the stack [x_0, f_1, ..., f_{t-1}] of what each block
+    added (DCA Sec. 3.1, Eq. of g_t), and under `dca` each block takes separate query, key and
+    value inputs (Sec. 3.2, Figure 4), so the block's input is "included in the inputs of both
+    the attention and the feed forward module" and not added to its output;
+  - `none`, `shortcuts`: x_j = f(x_{j-1}) (+ the listed shortcuts): only the inner skip stays;
 * module level: the Stack's blocks are the attention and MLP sub-blocks, so every mix is
   placed before each attention and before each MLP (2 x depth blocks). `skipless` always
   runs here: no residual on either sub-block (Cutting the Skip).
@@ -196,7 +204,9 @@ def _blocks_and_stack(p: dict, topology, depth: int, causal: bool, rotary: Rotar
     else:
         blocks = [TransformerBlock(attention(), mlp(), Norm(p["norm"], width) if post else None) for _ in range(depth)]
     post_norms = [Norm(p["norm"], width) for _ in blocks] if post else None
-    return Stack(blocks, build_topology(topology, len(blocks), width, len(blocks)), post_norms=post_norms)
+    whole_layers = level(p, topology) == "block"
+    return Stack(blocks, build_topology(topology, len(blocks), width, len(blocks), whole_layers=whole_layers),
+                 post_norms=post_norms)
 
 
 def _n_blocks(p, topology) -> int:
