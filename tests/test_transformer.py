@@ -72,11 +72,14 @@ def test_gpt_matches_a_hand_written_pre_norm_transformer():
         assert torch.allclose(model(idx), hand_head(model, x), atol=1e-5)
 
 
-@pytest.mark.parametrize("temperature", [0.01, 1.0])
+@pytest.mark.parametrize("temperature", [None, 1.0])
 def test_block_level_ancre_is_the_official_form(temperature):
     """ANCRe Sec. 5 / official code: h_j = layer_j(h_{j-1}) + sum_{i<j} p_ij h_i, p_.j = softmax_i(c_ij / T),
-    where layer_j keeps its own residual (the old form dropped it: h_j = layer_j(h_{j-1}) - h_{j-1} + ...)."""
-    model, idx = built(spec(topology={"name": "ancre", "temperature": temperature}))
+    where layer_j keeps its own residual (the old form dropped it: h_j = layer_j(h_{j-1}) - h_{j-1} + ...).
+    Unset, the temperature is the official code's softmax_temp = 1e-2."""
+    model, idx = built(spec(topology={"name": "ancre"} if temperature is None else
+                            {"name": "ancre", "temperature": temperature}))
+    temperature = 0.01 if temperature is None else temperature
     logits = model.stack.topology.logits
     with torch.no_grad():
         logits.copy_(torch.randn(logits.shape, generator=torch.Generator().manual_seed(0)) * temperature)
@@ -100,6 +103,9 @@ def test_module_level_and_linear_ancre_keep_the_case_study_form():
     assert not model.stack.topology.layer_residual
     lnn, data = explorer.build(explorer.preset("ancre-fig2b-ancre"))
     assert not lnn.stack.topology.layer_residual
+    pair = explorer.preset("ancre-fig2b-ancre-temperature0.1").to_dict()  # the temperature pair differs in nothing else
+    pair["topology"]["temperature"] = lnn.stack.topology.temperature
+    assert pair == explorer.preset("ancre-fig2b-ancre").to_dict() and lnn.stack.topology.temperature == 1.0
     x = data.x_train[:5]
     p = lnn.stack.topology.probabilities()
     states = [x]
