@@ -20,6 +20,7 @@ from torch import nn
 from explorer import init_schemes
 from explorer.nn.models import MODELS, WEIGHT_ROLES, Stack, roles
 from explorer.registry import Param, Registry, SpecError
+from explorer.topology import Topology
 
 INITS = Registry("inits", common=(
     Param("overrides", "str", "", "other schemes for some roles, e.g. 'head=orthogonal, stem.out=normal' "
@@ -256,6 +257,10 @@ def initialize(model: nn.Module, section, seed: int) -> None:
             nn.init.normal_(tensor, 0.0, POS_STD, generator=gen)
         elif role == "bias":
             tensor.zero_()
+    gate_gen = torch.Generator().manual_seed(seed)  # its own stream: the block weights stay the same
+    for module in model.modules():
+        if isinstance(module, Topology):
+            module.init_gates(gate_gen)
     finalize = INITS[section.name].extra.get("finalize")
     if finalize:
         finalize(model)

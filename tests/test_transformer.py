@@ -187,6 +187,58 @@ def test_dca_coefficients_at_init_equal_the_cascaded_unrolled_matrix():
     assert (dca.stack.topology.coefficients().unrolled == cascaded.stack.topology.coefficients().unrolled).all()
 
 
+def hand_attention(at, q_in, k_in, v_in, norms):
+    """Causal multi-head attention with each input normalised by its own LayerNorm (width 16, 2 heads)."""
+    q, k, v = (F.layer_norm(z, (16,), n.norm.weight, n.norm.bias) @ w.T
+               for z, n, w in zip((q_in, k_in, v_in), norms, (at.wq, at.wk, at.wv)))
+    b, t, _ = q.shape
+    q, k, v = (z.view(b, t, 2, 8).transpose(1, 2) for z in (q, k, v))
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(8)
+    scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, 16) @ at.wo.T
+
+
+def test_dca_is_the_papers_block_with_its_own_norm_per_input():
+    """DCA Sec. 3.2 / Figure 4: q, k, v = three GRN-v3 mixes of G_t = [x_0, d_1, ...], each normalised on its own;
+    h = q + attn(q, k, v), out = h + mlp(h), d_t = out - q; the output is one more GRN-v3 mix."""
+    model, idx = built(spec(topology={"name": "dca", "gate_init": "normal"}))
+    topo = model.stack.topology
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        topo.weights.copy_(torch.rand(topo.weights.shape, generator=gen) + 0.5)
+        topo.gates.mul_(20.0)
+        for block in model.stack.blocks:
+            for norm in (block.attn.norm, block.attn.norm_k, block.attn.norm_v):
+                norm.norm.weight.copy_(torch.rand(16, generator=gen) + 0.5)
+                norm.norm.bias.copy_(torch.randn(16, generator=gen) * 0.1)
+    emb = model.embed
+    sources = [F.embedding(idx, emb.weight.T) + emb.pos[: idx.shape[1]]]
+
+    def mix(b, w):
+        return sum(g * (b[i] + torch.relu(g @ w)[..., None]) for i, g in enumerate(sources))
+
+    for t, block in enumerate(model.stack.blocks, start=1):
+        q, k, v = (mix(topo.weights[m, t - 1], topo.gates[m, t - 1]) for m in range(3))
+        at = block.attn
+        assert len({id(at.norm), id(at.norm_k), id(at.norm_v)}) == 3  # three norms, not one shared
+        h = q + hand_attention(at, q, k, v, (at.norm, at.norm_k, at.norm_v))
+        mlp = block.mlp
+        out = h + F.gelu(F.layer_norm(h, (16,), mlp.norm.norm.weight, mlp.norm.norm.bias) @ mlp.inner.weight.T) \
+            @ mlp.outer.weight.T
+        sources.append(out - q)
+    with torch.no_grad():
+        assert torch.allclose(model(idx), hand_head(model, mix(topo.out_weights, topo.out_gates)), atol=1e-4)
+
+
+@pytest.mark.parametrize("gate_init", ["zero", "normal"])
+def test_dca_gates_get_a_gradient_only_from_a_nonzero_init(gate_init):
+    model, idx = built(spec(topology={"name": "dca", "gate_init": gate_init}))
+    topo = model.stack.topology
+    model(idx).logsumexp(-1).mean().backward()
+    for gates in (topo.gates, topo.out_gates):
+        assert (gates.grad == 0).all() if gate_init == "zero" else gates.grad.abs().max() > 0
+
+
 def test_attention_maps_are_causal_distributions_and_rotary_is_relative():
     attn = Attention(16, 2, "none", causal=True, rotary=Rotary(8, 32))
     for w in (attn.wq, attn.wk, attn.wv, attn.wo):
@@ -326,11 +378,14 @@ def test_bad_combinations_name_the_field(raw, path):
 def test_same_seed_same_transformer_weights_whatever_the_topology():
     def blocks(s):
         model, _ = explorer.build(s)
-        return [p.detach().clone() for n, p in model.named_parameters() if "topology" not in n]
+        return {n: p.detach().clone() for n, p in model.named_parameters() if "topology" not in n}
 
     reference = blocks(spec())
     for topology in ({"name": "ancre"}, {"name": "dca", "k": 2}, {"name": "grn-v3"}):
-        assert all(torch.equal(a, b) for a, b in zip(reference, blocks(spec(topology=topology))))
+        weights = blocks(spec(topology=topology))
+        extra = set(weights) - set(reference)  # DCA's own key and value norms
+        assert not set(reference) - set(weights) and all(".norm_k." in n or ".norm_v." in n for n in extra)
+        assert all(torch.equal(reference[n], weights[n]) for n in reference)
 
 
 # ---------------------------------------------------------------------------- learning

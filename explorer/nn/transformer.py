@@ -66,16 +66,21 @@ class Attention(nn.Module):
     """Multi-head self-attention sub-block attn(norm(x)); q, k, v may come from different inputs (DCA).
 
     Weights are stored like nn.Linear's, (out, in), so y = x W^T. In the papers' row
-    convention W_Q = wq^T, and so on; W_V W_O is then wv^T wo^T.
+    convention W_Q = wq^T, and so on; W_V W_O is then wv^T wo^T. With `separate_inputs`
+    (DCA, whose three GRN-v3 mixes differ) the query, key and value inputs each get their own
+    normalisation: norm(q_in), norm_k(k_in), norm_v(v_in) (pre-norm; as in the public DCA GPT).
     """
 
     ROLES = {"wq": "attn.q", "wk": "attn.k", "wv": "attn.v", "wo": "attn.o"}
 
-    def __init__(self, width: int, heads: int, norm: str, causal: bool, rotary: Rotary | None = None):
+    def __init__(self, width: int, heads: int, norm: str, causal: bool, rotary: Rotary | None = None,
+                 separate_inputs: bool = False):
         super().__init__()
         self.width, self.heads, self.head_dim = width, heads, width // heads
         self.causal = causal
         self.norm = Norm(norm, width)
+        self.norm_k = Norm(norm, width) if separate_inputs else self.norm
+        self.norm_v = Norm(norm, width) if separate_inputs else self.norm
         self.rotary = rotary
         for name in ("wq", "wk", "wv", "wo"):
             setattr(self, name, nn.Parameter(torch.empty(width, width)))
@@ -91,8 +96,8 @@ class Attention(nn.Module):
             q, k, v = F.linear(h, torch.cat([self.wq, self.wk, self.wv])).split(self.width, dim=-1)
         else:
             q = F.linear(h, self.wq)
-            k = F.linear(self.norm(x if k_in is None else k_in), self.wk)
-            v = F.linear(self.norm(x if v_in is None else v_in), self.wv)
+            k = F.linear(self.norm_k(x if k_in is None else k_in), self.wk)
+            v = F.linear(self.norm_v(x if v_in is None else v_in), self.wv)
         q, k, v = self._heads(q), self._heads(k), self._heads(v)
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
@@ -193,8 +198,10 @@ def _blocks_and_stack(p: dict, topology, depth: int, causal: bool, rotary: Rotar
     sub_norm = "none" if post else p["norm"]  # pre-norm: inside the sub-blocks; post-norm: after the merges
     hidden = max(1, round(width * p["mlp_ratio"]))
 
+    separate_inputs = bool(TOPOLOGIES[topology.name].extra.get("separate_inputs"))
+
     def attention():
-        return Attention(width, p["heads"], sub_norm, causal, rotary)
+        return Attention(width, p["heads"], sub_norm, causal, rotary, separate_inputs)
 
     def mlp():
         return MLPBlock(width, hidden, sub_norm, bias=False, activation="gelu")
