@@ -159,6 +159,13 @@ class Chain(Topology):
     def branch_scale(self) -> float:
         return float(self.tau) if self.learnable else self.scale
 
+    def scale_branch(self, y: torch.Tensor) -> torch.Tensor:
+        """tau * y for a residual block outside the chain (a ResNet's down-sampling blocks: the tau paper's code
+        scales every block's branch); y unchanged without a skip or with placement=after."""
+        if not self.skip or self.after:
+            return y
+        return y * self.tau if self.learnable else y * self.scale
+
     def run(self, x0, blocks, acts):
         x = x0
         if not self.skip:
