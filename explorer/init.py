@@ -104,6 +104,17 @@ def normal(tensor, role, gen, std):
     nn.init.normal_(tensor, 0.0, std, generator=gen)
 
 
+@INITS.register("trunc-normal", "truncated normal N(0, std^2) cut at +-bound std (0.02: the ViT/timm default that "
+                                "Cutting the Skip calls the default init)",
+                (Param("std", "float", 0.02, "standard deviation before truncation", low=0.0, high=100.0),
+                 Param("bound", "float", 2.0, "truncate at +-bound x std (timm's absolute +-2 is bound = 2 / std)",
+                       low=0.1, high=10_000.0)))
+def trunc_normal(tensor, role, gen, std, bound):
+    """The usual reading of "truncated normal": redraw outside +-2 std (a = -2 std, b = 2 std). timm's
+    trunc_normal_(std=.02) cuts at +-2 in absolute value, i.e. hardly at all: that reading is bound = 100."""
+    nn.init.trunc_normal_(tensor, 0.0, std, -bound * std, bound * std, generator=gen)
+
+
 def _fill(tensor, std, distribution, gen):
     if distribution == "normal":
         nn.init.normal_(tensor, 0.0, std, generator=gen)
