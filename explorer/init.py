@@ -20,6 +20,7 @@ from torch import nn
 from explorer import init_schemes
 from explorer.nn.base import MODELS, WEIGHT_ROLES, Stack, roles
 from explorer.registry import Param, Registry, SpecError
+from explorer.topology import Topology
 
 INITS = Registry("inits", common=(
     Param("overrides", "str", "", "other schemes for some roles, e.g. 'head=orthogonal, stem.out=normal' "
@@ -101,6 +102,17 @@ def orthogonal(tensor, role, gen, gain):
                 (Param("std", "float", 0.01, "standard deviation", low=0.0, high=100.0),))
 def normal(tensor, role, gen, std):
     nn.init.normal_(tensor, 0.0, std, generator=gen)
+
+
+@INITS.register("trunc-normal", "truncated normal N(0, std^2) cut at +-bound std (0.02: the ViT/timm default that "
+                                "Cutting the Skip calls the default init)",
+                (Param("std", "float", 0.02, "standard deviation before truncation", low=0.0, high=100.0),
+                 Param("bound", "float", 2.0, "truncate at +-bound x std (timm's absolute +-2 is bound = 2 / std)",
+                       low=0.1, high=10_000.0)))
+def trunc_normal(tensor, role, gen, std, bound):
+    """The usual reading of "truncated normal": redraw outside +-2 std (a = -2 std, b = 2 std). timm's
+    trunc_normal_(std=.02) cuts at +-2 in absolute value, i.e. hardly at all: that reading is bound = 100."""
+    nn.init.trunc_normal_(tensor, 0.0, std, -bound * std, bound * std, generator=gen)
 
 
 def _fill(tensor, std, distribution, gen):
@@ -251,6 +263,10 @@ def initialize(model: nn.Module, section, seed: int) -> None:
             nn.init.normal_(tensor, 0.0, POS_STD, generator=gen)
         elif role == "bias":
             tensor.zero_()
+    gate_gen = torch.Generator().manual_seed(seed)  # its own stream: the block weights stay the same
+    for module in model.modules():
+        if isinstance(module, Topology):
+            module.init_gates(gate_gen)
     finalize = INITS[section.name].extra.get("finalize")
     if finalize:
         finalize(model)

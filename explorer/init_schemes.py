@@ -105,15 +105,27 @@ def _idiz_matrix(d_out: int, d_in: int, eps: float) -> torch.Tensor:
     return out
 
 
-def _patch_kernel(matrix: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """Reshape a (c_out, k*k*c_in) matrix into a PyTorch (c_out, c_in, k, k) kernel.
+def _patch_kernel(matrix: torch.Tensor, shape: torch.Size, layout: str = "filters") -> torch.Tensor:
+    """Reshape a (c_out, k*k*c_in) matrix C into a PyTorch (c_out, c_in, k, k) kernel.
 
-    Sec. 3.1.3 writes the kernel as C in R^{k x k x c_in x c_out} and the matrix as
-    C in R^{c_out x kkc_in}: the matrix's input index runs over (kernel position, channel)
-    with the channel fastest, column (a*k + b)*c_in + c <-> tap (a, b) of channel c.
+    Sec. 3.1.3 writes C in R^{c_out x kkc_in} and reshapes it into the kernel
+    C in R^{k x k x c_in x c_out}. The text leaves the flattening order open; two readings:
+
+    * layout="filters" (ours, the default): row o of C is output filter o flattened in the
+      kernel's own (k, k, c_in) order, channel fastest -- column (a*k + b)*c_in + c is tap
+      (a, b) of input channel c (i.e. C^T reshaped to k x k x c_in x c_out, TensorFlow's HWIO
+      layout). Output channel o then reads one tap of one input channel.
+    * layout="raw": C's row-major buffer reinterpreted as k x k x c_in x c_out (a literal
+      numpy reshape, no transpose): flat index f = o*kkc_in + col is tap f // (c_in c_out),
+      input channel (f // c_out) mod c_in, output channel f mod c_out. Each output channel of
+      IDI_tau still copies one tap of one channel, but which ones mixes the two indices.
     """
     c_out, c_in, kernel = shape[0], shape[1], tuple(shape[2:])
-    return matrix.reshape(c_out, *kernel, c_in).movedim(-1, 1)
+    if layout == "filters":
+        return matrix.reshape(c_out, *kernel, c_in).movedim(-1, 1)
+    if layout == "raw":
+        return matrix.reshape(*kernel, c_in, c_out).movedim(-1, 0).movedim(-1, 1)
+    raise ValueError(f"layout must be 'filters' or 'raw', got {layout!r}")
 
 
 def _centre(shape: torch.Size) -> tuple:
@@ -215,6 +227,9 @@ def idic_(tensor: torch.Tensor, tau: float = 1.0, mode: str = "patch", wide: str
     corner tap; for c_out = t*c_in, the t replicas of each channel come with t different
     shifts -- the spatial "feature diversity" of Figure 11.
 
+    mode="patch-raw": the same with the other reading of the paper's reshape (see
+    `_patch_kernel`, layout="raw").
+
     mode="channel" (the channel-maintain / Dirac kernel of ZerO that the paper ablates,
     Sec. 3.1.3 and 4.2): zeros except the kernel centre (k//2, k//2), which gets the
     (c_out, c_in) IDI_tau matrix; with c_out = c_in and padding k//2 the convolution is
@@ -225,29 +240,32 @@ def idic_(tensor: torch.Tensor, tau: float = 1.0, mode: str = "patch", wide: str
         return idi_(tensor, tau, wide, loose_std, gen)
     shape = tensor.shape
     c_out, c_in, taps = shape[0], shape[1], math.prod(shape[2:])
-    if mode == "patch":
-        return _write(tensor, _patch_kernel(_idi_matrix(c_out, taps * c_in, tau, wide, loose_std, gen), shape))
+    if mode in ("patch", "patch-raw"):
+        matrix = _idi_matrix(c_out, taps * c_in, tau, wide, loose_std, gen)
+        return _write(tensor, _patch_kernel(matrix, shape, "raw" if mode == "patch-raw" else "filters"))
     if mode == "channel":
         kernel = torch.zeros(tuple(shape), dtype=torch.float64)
         kernel[_centre(shape)] = _idi_matrix(c_out, c_in, tau, wide, loose_std, gen)
         return _write(tensor, kernel)
-    raise ValueError(f"mode must be 'patch' or 'channel', got {mode!r}")
+    raise ValueError(f"mode must be 'patch', 'patch-raw' or 'channel', got {mode!r}")
 
 
 @torch.no_grad()
-def idizc_(tensor: torch.Tensor, eps: float = 1e-6, gen: torch.Generator | None = None) -> torch.Tensor:
+def idizc_(tensor: torch.Tensor, eps: float = 1e-6, gen: torch.Generator | None = None,
+           layout: str = "filters") -> torch.Tensor:
     """IDIZC_eps: IDIZ_eps "through the patch-maintain scheme" (end of Sec. 3.2), in place.
 
-    The kernel is viewed as the (c_out, k*k*c_in) matrix of `idic_` (tap-major, channel
-    fastest), filled by `idiz_`'s rule and reshaped back: each output channel is eps times
-    the difference of two entries of its input patch, so a constant input (away from
-    zero padding) maps to exactly 0. `gen` is not drawn from.
+    The kernel is viewed as the (c_out, k*k*c_in) matrix of `idic_` (layout "filters":
+    tap-major, channel fastest; or "raw", see `_patch_kernel`), filled by `idiz_`'s rule and
+    reshaped back: each output channel is eps times the difference of two entries of its
+    input patch, so a constant input (away from zero padding) maps to exactly 0. `gen` is
+    not drawn from.
     """
     _check_weight(tensor)
     if tensor.dim() == 2:
         return idiz_(tensor, eps, gen)
     shape = tensor.shape
-    return _write(tensor, _patch_kernel(_idiz_matrix(shape[0], math.prod(shape[2:]) * shape[1], eps), shape))
+    return _write(tensor, _patch_kernel(_idiz_matrix(shape[0], math.prod(shape[2:]) * shape[1], eps), shape, layout))
 
 
 # --------------------------------------------------------------------------- ZerO
@@ -334,8 +352,9 @@ IDINIT_PARAMS = (
           low=0.0, high=1.0),
     Param("loose_std", "float", 1e-6, "std of the loose condition N(tau, std^2) on non-zero entries; 0 = exact",
           low=0.0, high=10.0),
-    Param("conv", "choice", "patch", "convolution identity: patch-maintain IDIC or channel-maintain (Dirac)",
-          choices=("patch", "channel")),
+    Param("conv", "choice", "patch", "convolution identity: patch-maintain IDIC (rows of C are filters flattened "
+                                     "(k, k, c_in)), patch-raw (C's buffer reshaped as is to k x k x c_in x c_out) or "
+                                     "channel-maintain (Dirac)", choices=("patch", "patch-raw", "channel")),
 )
 
 
@@ -350,8 +369,9 @@ def idinit(tensor, role, gen, tau=1.0, tau_embed=math.sqrt(2.0), eps=1e-6, loose
       classification/regression layer): IDIZ_eps, eps = 1e-6;
     * attention (Appendix A.5): IDI_1 on W_Q, W_K, W_V ("attn.q/k/v") and IDIZ_eps on the
       output transformation W_O ("attn.o"), which ends the attention branch;
-    * convolution kernels: IDIC_tau (conv="patch", or the channel-maintain Dirac kernel
-      with conv="channel" for the Sec. 4.2 ablation) and IDIZC_eps.
+    * convolution kernels: IDIC_tau (conv="patch"; conv="patch-raw" is the other reading of
+      the paper's reshape, see `_patch_kernel`; or the channel-maintain Dirac kernel with
+      conv="channel" for the Sec. 4.2 ablation) and IDIZC_eps (in the same layout).
 
     Identity layers carry the loose condition with loose_std (default 1e-6, the paper's
     eps_tau read as a standard deviation; 0 turns it off and then nothing is drawn from
@@ -360,6 +380,8 @@ def idinit(tensor, role, gen, tau=1.0, tau_embed=math.sqrt(2.0), eps=1e-6, loose
     """
     _check_role(role)
     if role in BRANCH_ENDS or role == "head":
+        if tensor.dim() > 2:
+            return idizc_(tensor, eps, gen, layout="raw" if conv == "patch-raw" else "filters")
         return idiz_(tensor, eps, gen)
     value = tau_embed if role == "embed" else tau
     if tensor.dim() > 2:

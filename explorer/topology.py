@@ -84,6 +84,9 @@ class Topology(nn.Module):
     def branch_scale(self) -> float:
         return 1.0
 
+    def init_gates(self, gen: torch.Generator) -> None:
+        """Draw input-dependent gate weights that start random (gate_init="normal"); others keep their init."""
+
     @torch.no_grad()
     def coefficients(self) -> Coefficients:
         own = np.asarray(self.own_matrix(), dtype=np.float64)
@@ -162,6 +165,13 @@ class Chain(Topology):
     def branch_scale(self) -> float:
         return float(self.tau) if self.learnable else self.scale
 
+    def scale_branch(self, y: torch.Tensor) -> torch.Tensor:
+        """tau * y for a residual block outside the chain (a ResNet's down-sampling blocks: the tau paper's code
+        scales every block's branch); y unchanged without a skip or with placement=after."""
+        if not self.skip or self.after:
+            return y
+        return y * self.tau if self.learnable else y * self.scale
+
     def run(self, x0, blocks, acts):
         x = x0
         if not self.skip:
@@ -224,13 +234,25 @@ class ANCRe(Topology):
     c start at 0, so every normalisation starts uniform. normalization="none" uses
     p_ij = exp(c_ij / temperature) without the normaliser: every shortcut starts at full
     strength and nothing bounds them (Table 4's ablation; it may diverge).
-    x_j = act(y_j + sum_{i<j} p_ij x_i), as in the official code's h_{j+1} = Block_j(h_j) + sum_i p_ij h_i.
+
+    Two forms, chosen by what a block is:
+
+    * plain layers (the linear case study, Sec. 3-4, Eq. 7): x_j = act(y_j + sum_{i<j} p_ij x_i);
+      the shortcuts are the only skips (`layer_residual=False`);
+    * whole residual layers (Transformers at block level, Sec. 5 and the official code
+      zhangyilang/ANCRe, ancre/ancre.py and llm/pretraining/modeling_llama.py: the shortcut sum
+      is added to the decoder layer's output, which already holds the layer's own residual):
+      h_j = layer_j(h_{j-1}) + sum_{i<j} p_ij h_i with layer_j(h) = h + y_j(h), i.e.
+      x_j = act(x_{j-1} + y_j + sum_{i<j} p_ij x_i) (`layer_residual=True`). The model says
+      which (see explorer.nn.transformer); at init (uniform p) layer j reads 1 + 1/j of x_{j-1}.
     """
 
-    def __init__(self, n_blocks: int, normalization: str = "ingoing", temperature: float = 0.1):
+    def __init__(self, n_blocks: int, normalization: str = "ingoing", temperature: float = 0.01,
+                 layer_residual: bool = False):
         super().__init__(n_blocks)
         self.normalization = normalization
         self.temperature = temperature
+        self.layer_residual = layer_residual
         size = n_blocks + 1
         self.logits = nn.Parameter(torch.zeros(size, size))  # logits[i, j]: source i -> destination j
         self.register_buffer("mask", torch.ones(size, size).triu(1).bool(), persistent=False)
@@ -249,7 +271,8 @@ class ANCRe(Topology):
             mixer = Mixer(p, x0)
             x = x0
             for j, block in enumerate(blocks, start=1):
-                x = acts[j - 1](block(x) + mixer.mix(j))
+                y = block(x) + mixer.mix(j)
+                x = acts[j - 1](x + y if self.layer_residual else y)
                 mixer.push(x)
             mixer.close()
             return x
@@ -262,12 +285,14 @@ class ANCRe(Topology):
         history.append(x0)
         x = x0
         for j, block in enumerate(blocks, start=1):
-            x = acts[j - 1](block(x) + _weighted_sum(history, p[:j, j]))
+            y = block(x) + _weighted_sum(history, p[:j, j])
+            x = acts[j - 1](x + y if self.layer_residual else y)
             history.append(x)
         return x
 
     def own_matrix(self):
-        return self.probabilities().detach().cpu().double().numpy().T
+        own = self.probabilities().detach().cpu().double().numpy().T
+        return own + np.eye(len(own), k=-1) if self.layer_residual else own
 
 
 # --------------------------------------------------------------------------------------
@@ -286,23 +311,29 @@ class GRN(Topology):
     "Reducing memory and computation"). At initialisation v1 and v3 equal a standard
     residual network exactly, and so does v2.
 
-    Note on v3: w_t starts at exactly 0, where ReLU's derivative is 0, so the gates receive
-    no gradient and stay at 0; trained from this initialisation GRN-v3 follows GRN-v2 step
-    for step (seen on a ResNet-14: identical losses). That is the paper's stated init; a
-    nonzero w_t (set it after build) is needed for the input-dependent term to learn.
+    Note on v3 (`gate_init`): the paper initialises w_t at exactly 0 (Sec. 3.1, the default
+    "zero"). There ReLU's derivative is 0, so the gates receive no gradient and stay at 0:
+    trained from it GRN-v3 follows GRN-v2 step for step. gate_init="normal" draws w_t from
+    N(0, GATE_STD^2) instead (the unofficial reference implementation also left the exact zero),
+    so about half the gates are active at init and the input-dependent term learns.
     """
 
     basis = "branch"
 
-    def __init__(self, n_blocks: int, width: int, version: int, k: int = 0):
+    def __init__(self, n_blocks: int, width: int, version: int, k: int = 0, gate_init: str = "zero"):
         super().__init__(n_blocks)
         self.version = version
         self.k = k
+        self.gate_init = gate_init
         slots = n_blocks + 1 if k == 0 else k + 2
         shape = (n_blocks + 1, slots) if version == 1 else (n_blocks + 1, slots, width)
         self.weights = nn.Parameter(torch.ones(shape))  # row t-1: destination t
         if version == 3:
             self.gates = nn.Parameter(torch.zeros(n_blocks + 1, width))
+
+    def init_gates(self, gen):
+        if self.version == 3 and self.gate_init == "normal":
+            draw_gates(self.gates, gen)
 
     @staticmethod
     def _combine(part: torch.Tensor, b: torch.Tensor, gate_weights: torch.Tensor | None) -> torch.Tensor:
@@ -419,20 +450,28 @@ class DCA(Topology):
 
     At initialisation (weights b = 1, gates w = 0) every mix is the plain sum x_{t-1}, so
     DCA is exactly the standard pre-norm Transformer. As for GRN-v3, the zero-initialised
-    gates sit at ReLU's kink and receive no gradient (see GRN).
+    gates sit at ReLU's kink and receive no gradient, so the input-dependent part stays inert;
+    gate_init="normal" starts them at N(0, GATE_STD^2) (see GRN). The attention normalises the
+    query, key and value inputs each with its own norm (explorer.nn.transformer.Attention).
     """
 
     basis = "branch"
     INPUTS = ("query", "key", "value")
 
-    def __init__(self, n_blocks: int, width: int, k: int = 0):
+    def __init__(self, n_blocks: int, width: int, k: int = 0, gate_init: str = "zero"):
         super().__init__(n_blocks)
         self.k = k
+        self.gate_init = gate_init
         slots = n_blocks + 1 if k == 0 else k + 2
         self.weights = nn.Parameter(torch.ones(3, n_blocks, slots, width))  # [input, block t-1, source slot, feature]
         self.gates = nn.Parameter(torch.zeros(3, n_blocks, width))
         self.out_weights = nn.Parameter(torch.ones(slots, width))
         self.out_gates = nn.Parameter(torch.zeros(width))
+
+    def init_gates(self, gen):
+        if self.gate_init == "normal":
+            draw_gates(self.gates, gen)
+            draw_gates(self.out_gates, gen)
 
     def _slots(self, n_last: int, has_middle: bool) -> list[int]:
         """Weight slots of the current sources (full history: 0..t-1; k-DCA: x_0, middle, last k)."""
@@ -491,6 +530,16 @@ class DCA(Topology):
             for m in range(n_last):
                 own[row, n_sources - n_last + m] = w[2 + self.k - n_last + m]
         return own
+
+
+GATE_STD = 0.02  # gate_init="normal": GPT-2's std for the LM's linear maps, of which w_t (d -> 1) is one
+
+
+@torch.no_grad()
+def draw_gates(gates: torch.Tensor, gen: torch.Generator) -> None:
+    """w ~ N(0, GATE_STD^2): relu(w^T x) is then small next to the weights b = 1, but active for about half of
+    the inputs, so the gates get a gradient (at exactly 0 they get none)."""
+    gates.copy_(torch.randn(gates.shape, generator=gen) * GATE_STD)
 
 
 def k_slot_sources(row: int, n_last: int, has_middle: bool) -> list[list[int]]:
@@ -594,31 +643,45 @@ def _shortcuts(n_blocks, width, depth, shortcuts):
     (
         Param("normalization", "choice", "ingoing", "softmax over sources (ingoing), destinations (outgoing), or none (may diverge)",
               choices=("ingoing", "outgoing", "none")),
-        Param("temperature", "float", 0.1, "softmax temperature (0.1 by default; 0.01 for the paper's language models)",
+        Param("temperature", "float", 0.01, "softmax temperature of the coefficients (0.01: the official code's default "
+                                            "and the paper's language models; the linear case-study presets set theirs)",
               low=1e-4, high=100.0),
     ),
+    layer_residual=True,
 )
-def _ancre(n_blocks, width, depth, normalization, temperature):
-    return ANCRe(n_blocks, normalization, temperature)
+def _ancre(n_blocks, width, depth, normalization, temperature, layer_residual=False):
+    return ANCRe(n_blocks, normalization, temperature, layer_residual)
 
 
 _K = Param("k", "int", 0, "first-and-last-k: keep x_0, the sum of the middle outputs and the last k (0 = all outputs)",
            low=0, high=100_000)
+_GATE_INIT = Param("gate_init", "choice", "zero",
+                   f"gate weights w at init: zero (the paper; ReLU's kink, so they get no gradient and stay 0) or "
+                   f"normal (N(0, {GATE_STD}^2), so the input-dependent gates learn)", choices=("zero", "normal"))
 for _version, _text in ((1, "learned scalar weight per earlier output"),
-                        (2, "learned per-feature weights per earlier output"),
-                        (3, "per-feature weights plus an input-dependent ReLU gate per earlier output")):
+                        (2, "learned per-feature weights per earlier output")):
     TOPOLOGIES.register(f"grn-v{_version}", f"GRN-v{_version} (DCA): {_text}", (_K,), check=_check_k)(
         lambda n_blocks, width, depth, k, _v=_version: GRN(n_blocks, width, _v, k))
+TOPOLOGIES.register("grn-v3", "GRN-v3 (DCA): per-feature weights plus an input-dependent ReLU gate per earlier output",
+                    (_K, _GATE_INIT), check=_check_k)(
+    lambda n_blocks, width, depth, k, gate_init: GRN(n_blocks, width, 3, k, gate_init))
 
 
 TOPOLOGIES.register("dca", "Transformers only: DeepCrossAttention, three GRN-v3 mixes give each block's query, key and "
-                           "value inputs (k > 0: k-DCA)", (_K,), check=_check_k, transformer_only=True)(
-    lambda n_blocks, width, depth, k: DCA(n_blocks, width, k))
+                           "value inputs (k > 0: k-DCA)", (_K, _GATE_INIT), check=_check_k, transformer_only=True,
+                    separate_inputs=True)(
+    lambda n_blocks, width, depth, k, gate_init: DCA(n_blocks, width, k, gate_init))
 
 
-def build_topology(section, n_blocks: int, width: int, depth: int) -> Topology:
-    """Instantiate a spec's topology section for a stack of `n_blocks` blocks of width `width`."""
-    return TOPOLOGIES[section.name].factory(n_blocks, width, depth, **section.params)
+def build_topology(section, n_blocks: int, width: int, depth: int, whole_layers: bool = False) -> Topology:
+    """Instantiate a spec's topology section for a stack of `n_blocks` blocks of width `width`.
+
+    whole_layers: the blocks are whole residual layers (Transformer blocks at block level) whose own
+    residual a topology registered with `layer_residual=True` (ANCRe) keeps, as its paper does.
+    """
+    entry = TOPOLOGIES[section.name]
+    extra = {"layer_residual": True} if whole_layers and entry.extra.get("layer_residual") else {}
+    return entry.factory(n_blocks, width, depth, **section.params, **extra)
 
 
 def is_shareable(section) -> bool:

@@ -29,7 +29,7 @@ def expected_resnet_parameters(n, w, c_in=3, classes=10, projection=False):
     return count + 4 * w * classes + classes
 
 
-@pytest.mark.parametrize("shortcut", ["pad", "projection"])
+@pytest.mark.parametrize("shortcut", ["pad", "projection", "pool-bn"])
 def test_resnet20_has_the_papers_structure(shortcut):
     spec = explorer.ExperimentSpec.from_dict({"data": {"name": "shapes", "n_train": 16, "n_val": 8},
                                               "model": {"name": "resnet-cifar", "shortcut": shortcut}})
@@ -39,7 +39,8 @@ def test_resnet20_has_the_papers_structure(shortcut):
     assert [len(s.blocks) for s in stacks] == [3, 2, 2]  # 9 blocks with the two transitions
     count = sum(p.numel() for p in model.parameters())
     classes = data.output_dim
-    assert count == expected_resnet_parameters(3, 16, classes=classes, projection=shortcut == "projection")
+    pool_bn = 2 * (16 + 32) if shortcut == "pool-bn" else 0  # BN over the input channels of the two transitions
+    assert count == expected_resnet_parameters(3, 16, classes=classes, projection=shortcut == "projection") + pool_bn
     if shortcut == "pad":  # "0.27M" in He et al.'s Table 6, for CIFAR-10's 10 classes
         assert abs(count + 65 * (10 - classes) - 0.27e6) / 0.27e6 < 0.02
     assert model(data.x_train[:2]).shape == (2, classes)
@@ -82,6 +83,34 @@ def test_zero_padding_shortcut_is_subsample_and_pad():
         out = transition(x)
     assert out.shape == (2, 8, 4, 4)
     assert torch.equal(out[:, :4], x[:, :, ::2, ::2]) and torch.count_nonzero(out[:, 4:]) == 0
+
+
+@pytest.mark.parametrize("learnable", [False, True])
+def test_down_sampling_blocks_are_the_tau_papers_with_tau_on_the_branch(learnable):
+    """Official tau-ResNet block with stride 2: relu(cat(BN(avgpool_1x1,s2(x)), 0) + tau * bn2(conv2(relu(bn1(conv1(x)))))).
+    The old transition added its branch without tau."""
+    from torch.nn import functional as F
+
+    model, _ = explorer.build(resnet({"name": "tau", "value": 0.3, "learnable": learnable}, shortcut="pool-bn"))
+    transition = model.stack[1]
+    x = torch.relu(torch.randn(4, 4, 8, 8, generator=torch.Generator().manual_seed(0)))
+    br = transition.branch
+    with torch.no_grad():
+        for bn in (br.norm1, br.norm2, transition.project[1]):  # non-trivial affine norms
+            bn.weight.uniform_(0.5, 1.5), bn.bias.uniform_(-0.2, 0.2)
+
+    def bn(z, layer):
+        return F.batch_norm(z, None, None, layer.weight, layer.bias, training=True, eps=layer.eps)
+
+    y = bn(F.conv2d(torch.relu(bn(F.conv2d(x, br.conv1.weight, stride=2, padding=1), br.norm1)),
+                    br.conv2.weight, padding=1), br.norm2)
+    shortcut = bn(F.avg_pool2d(x, 1, stride=2), transition.project[1])
+    expected = torch.relu(torch.cat([shortcut, torch.zeros_like(shortcut)], 1) + 0.3 * y)
+    out = transition(x)
+    assert torch.allclose(out, expected, atol=1e-5)
+    if learnable:  # the one shared tau also learns from the down-sampling blocks
+        out.sum().backward()
+        assert model.stack[0].topology.tau.grad.abs() > 0
 
 
 def test_zero_gamma_zeroes_each_branch_at_init():

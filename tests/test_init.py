@@ -113,3 +113,19 @@ def test_fixup_scales_by_the_models_own_depth():
         assert inner.std().item() == pytest.approx(he * depth ** -0.5, rel=0.05), depth  # L^(-1/(2m-2)), m = 2
         assert all(torch.count_nonzero(b.outer.weight) == 0 for b in model.stack.blocks)
         assert torch.count_nonzero(model.head[1].weight) == 0
+
+
+def test_trunc_normal_is_cutting_the_skips_default_init():
+    """Cutting the Skip's "default" init: N(0, 0.02^2) truncated at +-2 std (its std is then 0.02 * 0.8796...)."""
+    import math
+
+    model, _ = explorer.build(explorer.preset("skip-table1-skip"))
+    weights = torch.cat([p.detach().flatten() for n, role in explorer.roles(model).items()
+                         for p in [dict(model.named_parameters())[n]] if role in ("embed", "attn.q", "stem.in", "head")])
+    phi, mass = math.exp(-2) / math.sqrt(2 * math.pi), math.erf(2 / math.sqrt(2))
+    expected_std = 0.02 * math.sqrt(1 - 2 * 2 * phi / mass)  # variance of a normal truncated at +-2 sigma
+    assert weights.abs().max() <= 2 * 0.02 + 1e-7
+    assert abs(weights.mean().item()) < 0.001 and abs(weights.std().item() / expected_std - 1) < 0.03
+    skipless, _ = explorer.build(explorer.preset("skip-table1-skipless-init"))
+    head = skipless.head[-1].weight  # the paper's init leaves the head at that default
+    assert head.abs().max() <= 2 * 0.02 + 1e-7 and abs(head.std().item() / expected_std - 1) < 0.15

@@ -183,6 +183,34 @@ def test_idic_patch_replicas_get_different_shifts():
     assert torch.equal(out[:, c_in:], xp[:, :, 0:6, 1:7])    # tap (0, 1)
 
 
+def test_idic_patch_raw_is_the_literal_reshape_of_the_papers_matrix():
+    """The other reading of Sec. 3.1.3: C (c_out x kkc_in, IDI: C[m, m] = 1) reshaped as is to k x k x c_in x c_out.
+    For c_in = c_out = 4, k = 3: entry (m, m) sits at flat index 37 m = ((a*3 + b)*4 + c)*4 + o, so output
+    channel m copies input channel m through tap (a, b) = divmod(37 m // 16, 3): (0,0), (0,2), (1,1), (2,0)."""
+    c = 4
+    w = idic_(torch.empty(c, c, 3, 3, dtype=F64), 1.0, mode="patch-raw")
+    x = torch.randn(1, c, 5, 5, generator=gen(), dtype=F64)
+    out = F.conv2d(x, w, padding=1)
+    xp = F.pad(x, (1, 1, 1, 1))
+    for m, (a, b) in enumerate([(0, 0), (0, 2), (1, 1), (2, 0)]):
+        assert torch.equal(out[:, m], xp[:, m, a:a + 5, b:b + 5]), m
+    default = F.conv2d(x, idic_(torch.empty(c, c, 3, 3, dtype=F64), 1.0), padding=1)
+    assert not torch.equal(out, default)  # the two readings differ: the choice is a parameter (init.conv)
+
+
+def test_idinit_conv_param_selects_the_reading_for_idic_and_idizc():
+    from explorer.init_schemes import idinit
+
+    patch, raw = torch.empty(4, 4, 3, 3, dtype=F64), torch.empty(4, 4, 3, 3, dtype=F64)
+    idinit(patch, "stem.in", gen(), conv="patch", loose_std=0.0)
+    idinit(raw, "stem.in", gen(), conv="patch-raw", loose_std=0.0)
+    assert torch.equal(raw, idic_(torch.empty(4, 4, 3, 3, dtype=F64), 1.0, mode="patch-raw"))
+    assert not torch.equal(patch, raw)
+    end = torch.empty(4, 4, 3, 3, dtype=F64)
+    idinit(end, "stem.out", gen(), conv="patch-raw")  # IDIZC in the same layout: constant inputs map to 0
+    assert torch.allclose(F.conv2d(torch.ones(1, 4, 5, 5, dtype=F64), end)[0], torch.zeros(4, 3, 3, dtype=F64), atol=1e-15)
+
+
 @pytest.mark.parametrize("k", [1, 3, 5])
 def test_idic_channel_maintain_is_exact_identity(k):
     c = 5

@@ -21,8 +21,10 @@ MODELS = {
 ALL_TOPOLOGIES = [
     {"name": "none"}, {"name": "cascaded"}, {"name": "tau", "value": 0.3},
     {"name": "tau", "value": "1/L", "learnable": True}, {"name": "shortcuts", "shortcuts": "0:2,1:3"},
-    {"name": "ancre"}, {"name": "ancre", "normalization": "outgoing"}, {"name": "ancre", "normalization": "none"},
+    {"name": "ancre"}, {"name": "ancre", "normalization": "outgoing"},
+    {"name": "ancre", "normalization": "none", "temperature": 0.1},
     {"name": "grn-v1"}, {"name": "grn-v2"}, {"name": "grn-v3"}, {"name": "grn-v3", "k": 2}, {"name": "grn-v1", "k": 1},
+    {"name": "grn-v3", "gate_init": "normal"},
 ]
 
 
@@ -318,3 +320,37 @@ def test_fast_path_gives_the_same_gradients_on_a_second_backward_of_one_graph(to
     fresh = torch.autograd.grad(model.stack(x)[:, 1].sum(), x)[0]
     assert torch.allclose(first, second, atol=1e-6)
     assert torch.allclose(other, fresh, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------- GRN-v3's gates (DCA Sec. 3.1)
+def test_grn_v3_is_the_papers_equation_with_random_gates():
+    """g_t = (G_t * (b_t + 1 relu(w_t^T G_t))) 1 with G_t = [x_0, y_1, ..., y_{t-1}], y = g_{L+1} (linear stem)."""
+    model, data = explorer.build(spec_for("linear", {"name": "grn-v3", "gate_init": "normal"}))
+    topo = model.stack.topology
+    with torch.no_grad():
+        topo.gates.mul_(50.0)  # make the gates a visible part of every mix
+        topo.weights.copy_(torch.rand(topo.weights.shape, generator=torch.Generator().manual_seed(3)) + 0.5)
+    x = data.x_train[:7]
+    sources = [x]
+
+    def mix(t):  # destination t (1-based), weights row t-1
+        b, w = topo.weights[t - 1], topo.gates[t - 1]
+        return sum(g * (b[i] + torch.relu(g @ w)[:, None]) for i, g in enumerate(sources))
+
+    for t, layer in enumerate(model.stack.blocks, start=1):
+        sources.append(mix(t) @ layer.weight.T)
+    with torch.no_grad():
+        assert torch.allclose(model(x), mix(len(sources)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("gate_init", ["zero", "normal"])
+def test_grn_v3_gates_learn_only_from_a_nonzero_init(gate_init):
+    """The paper's w_t = 0 sits at ReLU's kink: its gradient is exactly 0 (GRN-v3 trains as GRN-v2); N(0, 0.02^2) is not."""
+    model, data = explorer.build(spec_for("linear", {"name": "grn-v3", "gate_init": gate_init}))
+    gates = model.stack.topology.gates
+    if gate_init == "zero":
+        assert torch.equal(gates, torch.zeros_like(gates))
+    else:
+        assert 0.01 < gates.std().item() < 0.03 and abs(gates.mean().item()) < 0.01
+    model(data.x_train).pow(2).mean().backward()
+    assert (gates.grad == 0).all() if gate_init == "zero" else gates.grad.abs().max() > 0

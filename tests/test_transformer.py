@@ -3,6 +3,7 @@ the skipless init's algebra, the GPT beating its corpus's unigram entropy, and s
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch.nn import functional as F
@@ -40,27 +41,78 @@ def built(s):
 
 
 # ---------------------------------------------------------------------------- the block itself
+def hand_layer(block, x):
+    """A pre-norm decoder layer written out: layer(h) = h + a + mlp(h + a), a = attn(LN(h)) (width 16, 2 heads)."""
+    at = block.attn
+    h = F.layer_norm(x, (16,), at.norm.norm.weight, at.norm.norm.bias)
+    q, k, v = (h @ w.T for w in (at.wq, at.wk, at.wv))
+    b, t, _ = q.shape
+    q, k, v = (z.view(b, t, 2, 8).transpose(1, 2) for z in (q, k, v))
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(8)
+    scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    a = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, 16) @ at.wo.T
+    x = x + a
+    mlp = block.mlp
+    h = F.layer_norm(x, (16,), mlp.norm.norm.weight, mlp.norm.norm.bias)
+    return x + F.gelu(h @ mlp.inner.weight.T) @ mlp.outer.weight.T
+
+
+def hand_head(model, x):
+    final_norm, head = model.head
+    return F.layer_norm(x, (16,), final_norm.norm.weight, final_norm.norm.bias) @ head.weight.T
+
+
 def test_gpt_matches_a_hand_written_pre_norm_transformer():
     model, idx = built(spec(positions="learned"))
     emb = model.embed
     x = F.embedding(idx, emb.weight.T) + emb.pos[: idx.shape[1]]
     for block in model.stack.blocks:
-        at = block.attn
-        h = F.layer_norm(x, (16,), at.norm.norm.weight, at.norm.norm.bias)
-        q, k, v = (h @ w.T for w in (at.wq, at.wk, at.wv))
-        b, t, _ = q.shape
-        q, k, v = (z.view(b, t, 2, 8).transpose(1, 2) for z in (q, k, v))
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(8)
-        scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
-        a = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, 16) @ at.wo.T
-        x = x + a
-        mlp = block.mlp
-        h = F.layer_norm(x, (16,), mlp.norm.norm.weight, mlp.norm.norm.bias)
-        x = x + F.gelu(h @ mlp.inner.weight.T) @ mlp.outer.weight.T
-    final_norm, head = model.head
-    expected = F.layer_norm(x, (16,), final_norm.norm.weight, final_norm.norm.bias) @ head.weight.T
+        x = hand_layer(block, x)
     with torch.no_grad():
-        assert torch.allclose(model(idx), expected, atol=1e-5)
+        assert torch.allclose(model(idx), hand_head(model, x), atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature", [None, 1.0])
+def test_block_level_ancre_is_the_official_form(temperature):
+    """ANCRe Sec. 5 / official code: h_j = layer_j(h_{j-1}) + sum_{i<j} p_ij h_i, p_.j = softmax_i(c_ij / T),
+    where layer_j keeps its own residual (the old form dropped it: h_j = layer_j(h_{j-1}) - h_{j-1} + ...).
+    Unset, the temperature is the official code's softmax_temp = 1e-2."""
+    model, idx = built(spec(topology={"name": "ancre"} if temperature is None else
+                            {"name": "ancre", "temperature": temperature}))
+    temperature = 0.01 if temperature is None else temperature
+    logits = model.stack.topology.logits
+    with torch.no_grad():
+        logits.copy_(torch.randn(logits.shape, generator=torch.Generator().manual_seed(0)) * temperature)
+    emb = model.embed
+    states = [F.embedding(idx, emb.weight.T) + emb.pos[: idx.shape[1]]]
+    for j, block in enumerate(model.stack.blocks, start=1):
+        c = torch.stack([logits[i, j] for i in range(j)]) / temperature
+        p = torch.exp(c - c.max()) / torch.exp(c - c.max()).sum()
+        states.append(hand_layer(block, states[-1]) + sum(p[i] * states[i] for i in range(j)))
+    with torch.no_grad():
+        assert torch.allclose(model(idx), hand_head(model, states[-1]), atol=1e-5)
+        ref = model.stack.topology.run_reference(model.embed(idx), model.stack.blocks, model.stack.acts)
+        assert torch.allclose(model.head(ref), hand_head(model, states[-1]), atol=1e-5)
+    own = model.stack.topology.coefficients().own  # x_j reads x_{j-1} once more than p says (its own residual)
+    assert np.allclose(own[3, 2], model.stack.topology.probabilities()[2, 3].item() + 1.0)
+
+
+def test_module_level_and_linear_ancre_keep_the_case_study_form():
+    """At module level (and on the linear nets) the shortcuts are the only skips: x_j = y_j + sum_i p_ij x_i."""
+    model, idx = built(spec(topology={"name": "ancre"}, level="module"))
+    assert not model.stack.topology.layer_residual
+    lnn, data = explorer.build(explorer.preset("ancre-fig2b-ancre"))
+    assert not lnn.stack.topology.layer_residual
+    pair = explorer.preset("ancre-fig2b-ancre-temperature0.1").to_dict()  # the temperature pair differs in nothing else
+    pair["topology"]["temperature"] = lnn.stack.topology.temperature
+    assert pair == explorer.preset("ancre-fig2b-ancre").to_dict() and lnn.stack.topology.temperature == 1.0
+    x = data.x_train[:5]
+    p = lnn.stack.topology.probabilities()
+    states = [x]
+    for j, layer in enumerate(lnn.stack.blocks, start=1):
+        states.append(states[-1] @ layer.weight.T + sum(p[i, j] * states[i] for i in range(j)))
+    with torch.no_grad():
+        assert torch.allclose(lnn(x), states[-1], atol=1e-6)
 
 
 def test_post_norm_normalises_after_each_residual_addition():
@@ -133,6 +185,58 @@ def test_dca_coefficients_at_init_equal_the_cascaded_unrolled_matrix():
     dca, _ = built(spec(topology={"name": "dca", "k": 1}))
     cascaded, _ = built(spec())
     assert (dca.stack.topology.coefficients().unrolled == cascaded.stack.topology.coefficients().unrolled).all()
+
+
+def hand_attention(at, q_in, k_in, v_in, norms):
+    """Causal multi-head attention with each input normalised by its own LayerNorm (width 16, 2 heads)."""
+    q, k, v = (F.layer_norm(z, (16,), n.norm.weight, n.norm.bias) @ w.T
+               for z, n, w in zip((q_in, k_in, v_in), norms, (at.wq, at.wk, at.wv)))
+    b, t, _ = q.shape
+    q, k, v = (z.view(b, t, 2, 8).transpose(1, 2) for z in (q, k, v))
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(8)
+    scores = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
+    return (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, t, 16) @ at.wo.T
+
+
+def test_dca_is_the_papers_block_with_its_own_norm_per_input():
+    """DCA Sec. 3.2 / Figure 4: q, k, v = three GRN-v3 mixes of G_t = [x_0, d_1, ...], each normalised on its own;
+    h = q + attn(q, k, v), out = h + mlp(h), d_t = out - q; the output is one more GRN-v3 mix."""
+    model, idx = built(spec(topology={"name": "dca", "gate_init": "normal"}))
+    topo = model.stack.topology
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        topo.weights.copy_(torch.rand(topo.weights.shape, generator=gen) + 0.5)
+        topo.gates.mul_(20.0)
+        for block in model.stack.blocks:
+            for norm in (block.attn.norm, block.attn.norm_k, block.attn.norm_v):
+                norm.norm.weight.copy_(torch.rand(16, generator=gen) + 0.5)
+                norm.norm.bias.copy_(torch.randn(16, generator=gen) * 0.1)
+    emb = model.embed
+    sources = [F.embedding(idx, emb.weight.T) + emb.pos[: idx.shape[1]]]
+
+    def mix(b, w):
+        return sum(g * (b[i] + torch.relu(g @ w)[..., None]) for i, g in enumerate(sources))
+
+    for t, block in enumerate(model.stack.blocks, start=1):
+        q, k, v = (mix(topo.weights[m, t - 1], topo.gates[m, t - 1]) for m in range(3))
+        at = block.attn
+        assert len({id(at.norm), id(at.norm_k), id(at.norm_v)}) == 3  # three norms, not one shared
+        h = q + hand_attention(at, q, k, v, (at.norm, at.norm_k, at.norm_v))
+        mlp = block.mlp
+        out = h + F.gelu(F.layer_norm(h, (16,), mlp.norm.norm.weight, mlp.norm.norm.bias) @ mlp.inner.weight.T) \
+            @ mlp.outer.weight.T
+        sources.append(out - q)
+    with torch.no_grad():
+        assert torch.allclose(model(idx), hand_head(model, mix(topo.out_weights, topo.out_gates)), atol=1e-4)
+
+
+@pytest.mark.parametrize("gate_init", ["zero", "normal"])
+def test_dca_gates_get_a_gradient_only_from_a_nonzero_init(gate_init):
+    model, idx = built(spec(topology={"name": "dca", "gate_init": gate_init}))
+    topo = model.stack.topology
+    model(idx).logsumexp(-1).mean().backward()
+    for gates in (topo.gates, topo.out_gates):
+        assert (gates.grad == 0).all() if gate_init == "zero" else gates.grad.abs().max() > 0
 
 
 def test_attention_maps_are_causal_distributions_and_rotary_is_relative():
@@ -274,11 +378,14 @@ def test_bad_combinations_name_the_field(raw, path):
 def test_same_seed_same_transformer_weights_whatever_the_topology():
     def blocks(s):
         model, _ = explorer.build(s)
-        return [p.detach().clone() for n, p in model.named_parameters() if "topology" not in n]
+        return {n: p.detach().clone() for n, p in model.named_parameters() if "topology" not in n}
 
     reference = blocks(spec())
     for topology in ({"name": "ancre"}, {"name": "dca", "k": 2}, {"name": "grn-v3"}):
-        assert all(torch.equal(a, b) for a, b in zip(reference, blocks(spec(topology=topology))))
+        weights = blocks(spec(topology=topology))
+        extra = set(weights) - set(reference)  # DCA's own key and value norms
+        assert not set(reference) - set(weights) and all(".norm_k." in n or ".norm_v." in n for n in extra)
+        assert all(torch.equal(reference[n], weights[n]) for n in reference)
 
 
 # ---------------------------------------------------------------------------- learning

@@ -57,10 +57,14 @@ PAPERS = {
              r"\mathcal L_2 = \tfrac12\big\|W_3 (W_2 W_1 + I)X - Y\big\|_F^2"),
             ("Under gradient flow from a small initialisation (Theorems 3.2 and 3.3):",
              r"\mathcal L_1(t) \ge \Omega(1/t^2), \qquad \mathcal L_2(t) \le \mathcal L_2(0)\, e^{-2(1-\lambda)^2 t}"),
-            ("ANCRe: every earlier output feeds layer $j$, with ingoing-normalised coefficients at temperature "
-             r"$\tau$ (0.1; 0.01 for language models):",
+            ("ANCRe: every earlier output feeds layer $j$, with ingoing-normalised coefficients at a temperature "
+             "$T$ (the paper states 0.1; 0.01 for language models and in the official code):",
              r"x_j = f_j(x_{j-1}) + \sum_{i<j} p_{ij}\, x_i, \qquad "
-             r"p_{ij} = \frac{\exp(c_{ij}/\tau)}{\sum_{k=0}^{j-1} \exp(c_{kj}/\tau)}"),
+             r"p_{ij} = \frac{\exp(c_{ij}/T)}{\sum_{k=0}^{j-1} \exp(c_{kj}/T)}"),
+            ("In a Transformer each whole layer keeps its own residual and the shortcut sum comes on top "
+             "(the official code):",
+             r"h_j = \underbrace{h_{j-1} + a_j + \mathrm{mlp}(h_{j-1} + a_j)}_{\mathrm{layer}_j(h_{j-1})}"
+             r" + \sum_{i<j} p_{ij}\, h_i, \qquad a_j = \mathrm{attn}(\mathrm{norm}(h_{j-1}))"),
         ),
         notebook="notebooks/01_ancre.ipynb",
     ),

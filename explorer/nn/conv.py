@@ -2,10 +2,14 @@
 
 The ResNet has three stages of n basic blocks (width, 2 width, 4 width channels). The first
 block of stages 2 and 3 halves the resolution and changes the channel count, so it is a
-transition block with its own shortcut (a 1x1 projection, or subsampling with zero-padded
-channels); every other block runs under the spec's topology, one Stack per stage. A tau
-topology (fixed or learnable) is shared by all stages, so a learnable tau is one scalar for
-the whole network (tau paper, Sec. 5.2); rules such as 1/sqrt(L) use L = 3n residual blocks.
+transition block with its own shortcut: a 1x1 projection + norm ("projection"), subsampling
+with zero-padded channels (He et al.'s option A, "pad"), or the tau paper's official code
+("pool-bn": 1x1 average pooling with stride 2, BatchNorm over the input channels, zero
+channels concatenated). Every other block runs under the spec's topology, one Stack per stage.
+A tau topology (fixed or learnable) is shared by all stages and also scales the transition
+blocks' branches, relu(shortcut(x) + tau f(x)), as the official code scales every block
+(`bn2(out) * tau`); a learnable tau is one scalar for the whole network (tau paper, Sec. 5.2);
+rules such as 1/sqrt(L) use L = 3n residual blocks.
 """
 
 from __future__ import annotations
@@ -60,21 +64,32 @@ class BasicBlock(nn.Module):
 
 
 class Transition(nn.Module):
-    """relu(shortcut(x) + f(x)) where f halves the resolution and changes the channel count."""
+    """relu(shortcut(x) + scale(f(x))) where f halves the resolution and changes the channel count.
 
-    def __init__(self, c_in: int, c_out: int, norm: str, shortcut: str):
+    scale: the tau topology's branch scaling (Chain.scale_branch), or None for none.
+    """
+
+    def __init__(self, c_in: int, c_out: int, norm: str, shortcut: str, scale=None):
         super().__init__()
         self.branch = BasicBlock(c_in, c_out, norm, stride=2)
         self.extra_channels = c_out - c_in
-        self.project = nn.Sequential(Conv(c_in, c_out, 1, "main", stride=2), norm2d(norm, c_out)) \
-            if shortcut == "projection" else None
+        self.shortcut = shortcut
+        if shortcut == "projection":
+            self.project = nn.Sequential(Conv(c_in, c_out, 1, "main", stride=2), norm2d(norm, c_out))
+        elif shortcut == "pool-bn":
+            self.project = nn.Sequential(nn.AvgPool2d(1, stride=2), norm2d(norm, c_in))
+        else:
+            self.project = None
+        self.scale = scale  # a bound method of a topology registered elsewhere (not a submodule)
 
     def forward(self, x):
-        if self.project is not None:
+        if self.shortcut == "projection":
             skip = self.project(x)
-        else:  # option A of He et al.: subsample and pad the new channels with zeros
-            skip = nn.functional.pad(x[:, :, ::2, ::2], (0, 0, 0, 0, 0, self.extra_channels))
-        return torch.relu(skip + self.branch(x))
+        else:  # option A of He et al.: subsample (pool-bn: and normalise), then pad the new channels with zeros
+            sub = x[:, :, ::2, ::2] if self.project is None else self.project(x)
+            skip = nn.functional.pad(sub, (0, 0, 0, 0, 0, self.extra_channels))
+        y = self.branch(x)
+        return torch.relu(skip + (y if self.scale is None else self.scale(y)))
 
 
 class Stages(nn.Sequential):
@@ -105,8 +120,10 @@ def resnet_blocks(p, topology=None) -> int:
     "CIFAR ResNet-(6n+2): 3 stages of n basic blocks, the topology inside each stage",
     (
         Param("norm", "choice", "batchnorm", "normalisation in each branch", choices=("batchnorm", "none")),
-        Param("shortcut", "choice", "projection", "shortcut of the resolution-halving blocks: 1x1 projection or "
-                                                   "zero-padding (He et al. option A)", choices=("projection", "pad")),
+        Param("shortcut", "choice", "projection", "shortcut of the resolution-halving blocks: 1x1 projection, "
+                                                   "zero-padding (He et al. option A), or pool-bn (the tau paper's code: "
+                                                   "stride-2 average pool, BatchNorm, zero channels)",
+              choices=("projection", "pad", "pool-bn")),
     ),
     defaults={"depth": 20, "width": 16},
     n_blocks=resnet_blocks, check=_resnet_check,
@@ -119,7 +136,8 @@ def resnet_cifar(depth, width, norm, shortcut, topology, data_dims):
     parts = []
     for stage, c in enumerate(channels):
         if stage:
-            parts.append(Transition(channels[stage - 1], c, norm, shortcut))
+            parts.append(Transition(channels[stage - 1], c, norm, shortcut,
+                                    getattr(shared, "scale_branch", None)))
         count = n if stage == 0 else n - 1
         blocks = [BasicBlock(c, c, norm) for _ in range(count)]
         parts.append(Stack(blocks, shared or build_topology(topology, count, c, 3 * n), activation="relu"))

@@ -5,9 +5,17 @@ LayerNorm, RMSNorm or no normalisation. The topology acts at one of two levels:
 
 * block level (default; ANCRe's MHSA-only choice, Table 1): the Stack's blocks are whole
   Transformer blocks, f(x) = a + mlp(x + a) with a = attn(x) (pre-norm), i.e. what the block
-  adds to its input; the attention-to-MLP skip inside the block stays. Under `cascaded`
-  this is the standard Transformer, under `dca` each block takes separate query, key and
-  value inputs;
+  adds to its input; the attention-to-MLP skip inside the block stays. Each topology then
+  follows its own paper's definition of a layer:
+  - `cascaded`, `tau`: x_j = x_{j-1} + f(x_{j-1}), the standard Transformer (scaled for tau);
+  - `ancre`: the official form h_j = layer_j(h_{j-1}) + sum_{i<j} p_ij h_i with
+    layer_j(h) = h + f(h) (ANCRe Sec. 5 and its official code): the layer keeps its own
+    residual and the shortcut sum comes on top (see topology.ANCRe, `layer_residual`);
+  - `grn-v*`, `dca`: the mixes read the stack [x_0, f_1, ..., f_{t-1}] of what each block
+    added (DCA Sec. 3.1, Eq. of g_t), and under `dca` each block takes separate query, key and
+    value inputs (Sec. 3.2, Figure 4), so the block's input is "included in the inputs of both
+    the attention and the feed forward module" and not added to its output;
+  - `none`, `shortcuts`: x_j = f(x_{j-1}) (+ the listed shortcuts): only the inner skip stays;
 * module level: the Stack's blocks are the attention and MLP sub-blocks, so every mix is
   placed before each attention and before each MLP (2 x depth blocks). `skipless` always
   runs here: no residual on either sub-block (Cutting the Skip).
@@ -58,16 +66,21 @@ class Attention(nn.Module):
     """Multi-head self-attention sub-block attn(norm(x)); q, k, v may come from different inputs (DCA).
 
     Weights are stored like nn.Linear's, (out, in), so y = x W^T. In the papers' row
-    convention W_Q = wq^T, and so on; W_V W_O is then wv^T wo^T.
+    convention W_Q = wq^T, and so on; W_V W_O is then wv^T wo^T. With `separate_inputs`
+    (DCA, whose three GRN-v3 mixes differ) the query, key and value inputs each get their own
+    normalisation: norm(q_in), norm_k(k_in), norm_v(v_in) (pre-norm; as in the public DCA GPT).
     """
 
     ROLES = {"wq": "attn.q", "wk": "attn.k", "wv": "attn.v", "wo": "attn.o"}
 
-    def __init__(self, width: int, heads: int, norm: str, causal: bool, rotary: Rotary | None = None):
+    def __init__(self, width: int, heads: int, norm: str, causal: bool, rotary: Rotary | None = None,
+                 separate_inputs: bool = False):
         super().__init__()
         self.width, self.heads, self.head_dim = width, heads, width // heads
         self.causal = causal
         self.norm = Norm(norm, width)
+        self.norm_k = Norm(norm, width) if separate_inputs else self.norm
+        self.norm_v = Norm(norm, width) if separate_inputs else self.norm
         self.rotary = rotary
         for name in ("wq", "wk", "wv", "wo"):
             setattr(self, name, nn.Parameter(torch.empty(width, width)))
@@ -83,8 +96,8 @@ class Attention(nn.Module):
             q, k, v = F.linear(h, torch.cat([self.wq, self.wk, self.wv])).split(self.width, dim=-1)
         else:
             q = F.linear(h, self.wq)
-            k = F.linear(self.norm(x if k_in is None else k_in), self.wk)
-            v = F.linear(self.norm(x if v_in is None else v_in), self.wv)
+            k = F.linear(self.norm_k(x if k_in is None else k_in), self.wk)
+            v = F.linear(self.norm_v(x if v_in is None else v_in), self.wv)
         q, k, v = self._heads(q), self._heads(k), self._heads(v)
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
@@ -185,8 +198,10 @@ def _blocks_and_stack(p: dict, topology, depth: int, causal: bool, rotary: Rotar
     sub_norm = "none" if post else p["norm"]  # pre-norm: inside the sub-blocks; post-norm: after the merges
     hidden = max(1, round(width * p["mlp_ratio"]))
 
+    separate_inputs = bool(TOPOLOGIES[topology.name].extra.get("separate_inputs"))
+
     def attention():
-        return Attention(width, p["heads"], sub_norm, causal, rotary)
+        return Attention(width, p["heads"], sub_norm, causal, rotary, separate_inputs)
 
     def mlp():
         return MLPBlock(width, hidden, sub_norm, bias=False, activation="gelu")
@@ -196,7 +211,9 @@ def _blocks_and_stack(p: dict, topology, depth: int, causal: bool, rotary: Rotar
     else:
         blocks = [TransformerBlock(attention(), mlp(), Norm(p["norm"], width) if post else None) for _ in range(depth)]
     post_norms = [Norm(p["norm"], width) for _ in blocks] if post else None
-    return Stack(blocks, build_topology(topology, len(blocks), width, len(blocks)), post_norms=post_norms)
+    whole_layers = level(p, topology) == "block"
+    return Stack(blocks, build_topology(topology, len(blocks), width, len(blocks), whole_layers=whole_layers),
+                 post_norms=post_norms)
 
 
 def _n_blocks(p, topology) -> int:

@@ -30,11 +30,13 @@ def _resnet_bn(topology: dict) -> dict:
     """Figure 3 at CPU scale: the CIFAR ResNet-(6n+2) with batch normalisation on sklearn's 8x8 digits.
 
     The paper's ResNet1202 (n = 200) on CIFAR-10 with He et al.'s recipe (SGD, lr 0.1, momentum 0.9);
-    here ResNet-110 (n = 18) by default, width 16, batch 128. Depth is a knob (6n+2).
+    here ResNet-110 (n = 18) by default, width 16, batch 128. Depth is a knob (6n+2). As in the
+    official code (dayu11/tau-ResNet), the down-sampling blocks' shortcut is a stride-2 average pool,
+    BatchNorm and zero channels ("pool-bn"), and tau scales every block's branch, those blocks' too.
     """
     return {
         "data": {"name": "digits-images"},
-        "model": {"name": "resnet-cifar", "depth": 110, "width": 16, "norm": "batchnorm"},
+        "model": {"name": "resnet-cifar", "depth": 110, "width": 16, "norm": "batchnorm", "shortcut": "pool-bn"},
         "topology": topology,
         "init": {"name": "kaiming", "mode": "fan_out"},
         "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9},
@@ -45,7 +47,8 @@ def _resnet_bn(topology: dict) -> dict:
 PRESETS.update({
     "tau-fig3-bn": ("Figure 3: CIFAR ResNet with batch normalisation and the plain cascaded residual",
                     _resnet_bn({"name": "cascaded"})),
-    "tau-fig3-bn-tau": ("Figure 3: CIFAR ResNet with batch normalisation and tau = 1/sqrt(L) on each block",
+    "tau-fig3-bn-tau": ("Figure 3: CIFAR ResNet with batch normalisation and tau = 1/sqrt(L) on every block "
+                        "(the down-sampling ones too, as in the paper's code)",
                         _resnet_bn({"name": "tau", "value": "1/sqrt(L)"})),
 })
 
