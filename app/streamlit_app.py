@@ -7,8 +7,17 @@ Papers (each paper's claims, rerun at CPU scale) and Theory (the closed-form res
 import sys
 from pathlib import Path
 
+# Heavy libraries are imported here, once, when the server loads the app, before any session runs a
+# page: two sessions importing pandas at the same moment see a "partially initialized module" error.
+import numpy  # noqa: F401
+import pandas  # noqa: F401
+import plotly.graph_objects  # noqa: F401
 import streamlit as st
+import torch  # noqa: F401
 
+import explorer  # noqa: F401
+import explorer.papers  # noqa: F401  (the presets and claims the pages list)
+from explorer_app import messages
 from explorer_app.limits import LimitError, limits
 
 VIEWS = Path(__file__).parent / "views"
@@ -32,4 +41,8 @@ try:
 except LimitError as error:
     st.error(f"This server is misconfigured: {error}", icon=":material/settings:")
     st.stop()
-page.run()
+try:
+    page.run()
+except Exception as error:  # the page's own bug or a broken file: a one-line message, never a traceback
+    st.error(f"This page stopped on an unexpected error: {messages.failure(error)}. Reload the page; if it comes "
+             "back, tell whoever runs this server.", icon=":material/error:")

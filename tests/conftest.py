@@ -61,3 +61,11 @@ def plotly_array(values) -> "np.ndarray":
         return array
     return np.array([[np.nan if v is None else v for v in row] if isinstance(row, list) else
                      (np.nan if row is None else row) for row in values], dtype=float)
+
+
+def plain(markdown: str) -> str:
+    """An element's markdown body as the reader sees it: the app escapes user-supplied text (backslashes
+    before punctuation, invisible word joiners inside would-be autolinks)."""
+    import re
+
+    return re.sub(r"\\(.)", r"\1", markdown).replace("\u2060", "")

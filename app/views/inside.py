@@ -13,7 +13,7 @@ import explorer
 from explorer import plots
 from explorer.probes import validation_tensors
 from explorer.registry import SpecError
-from explorer_app import figures, spec_form, state
+from explorer_app import figures, messages, spec_form, state
 
 PROBES = explorer.registry("probes")
 
@@ -92,7 +92,7 @@ if st.button("Probe", type="primary", key="inside-run-probes", icon=":material/b
             try:
                 results[name] = explorer.probe(model, data.x_val[:inputs], name, **extra, **options.get(name, {}))
             except SpecError as error:
-                errors[name] = f"**{error.path}**: {error.message}"
+                errors[name] = messages.spec_error(error)
         progress.progress(1.0, text=f"probed at step {step}")
         st.session_state["inside-results"] = {"run": run_id, "step": step, "results": results, "errors": errors}
 

@@ -19,7 +19,6 @@ library's form of the paper's "aggregated shortcuts to layer j" (explorer/topolo
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ import explorer
 from explorer import plots
 from explorer.papers.claims import Claim, claims
 from explorer_app import figures, state
+from explorer_app.messages import escape, failure
 from explorer_app.limits import LimitError
 
 
@@ -223,11 +223,6 @@ def session_results() -> dict:
 
 # ---- showing results ----------------------------------------------------------------------------
 
-def escape(text: str) -> str:
-    """`text` shown literally by st.markdown (the claims write p_ij, ER*, ||h||, ...)."""
-    return re.sub(r"([\\`*_\[\]<>#|~$])", r"\\\1", text)
-
-
 def error_message(note: str) -> str:
     """The error's first lines, without the traceback `Claim.run` appends."""
     return note.split("\nTraceback (most recent call last):", 1)[0].strip()
@@ -302,7 +297,7 @@ def show_result(claim: Claim, row: dict, fast: bool) -> None:
     took = f", computed in {row['seconds']} s" if row.get("seconds") is not None else ""
     st.markdown(f":{color}-badge[{icon} {label}] :gray-badge[{mode} mode{took}]")
     if row["verdict"] == "error":
-        st.error(error_message(row["note"]), icon=":material/error:")
+        st.error(escape(error_message(row["note"])), icon=":material/error:")
         return
     expected, measured = st.columns([2, 3])
     expected.markdown(f"**Expected.** {escape(row['expected'])}")
@@ -314,7 +309,7 @@ def show_result(claim: Claim, row: dict, fast: bool) -> None:
         try:
             fig = draw(row["measured"])
         except (KeyError, TypeError, ValueError) as error:  # the claim's numbers are not shaped as drawn here
-            st.caption(f"No figure for these numbers ({type(error).__name__}: {error}).")
+            st.caption(f"No figure for these numbers ({failure(error)}).")
             return
         figures.show(fig, key=f"papers-{claim.paper}-{claim.id}-{mode}", name=f"{claim.paper}-{claim.id}-{mode}")
 

@@ -16,7 +16,7 @@ import explorer
 from explorer import plots
 from explorer.probes import validation_tensors
 from explorer.registry import SpecError
-from explorer_app import figures, limits, spec_form, state, uploads
+from explorer_app import figures, limits, messages, spec_form, state, uploads
 
 REFRESH_S = 0.3  # live view refresh period while a job is active (about 3 redraws per second)
 LIVE_PROBE = "coefficients"  # always probed: the heatmap
@@ -38,7 +38,7 @@ def load_from_url() -> None:
     try:
         spec = explorer.preset(query["preset"]) if "preset" in query else explorer.ExperimentSpec.from_query(query)
     except SpecError as error:
-        st.error(f"This link's experiment is not valid: **{error.path}**: {error.message}. "
+        st.error(f"This link's experiment is not valid: {messages.spec_error(error)}. "
                  "The form shows the last valid set-up instead.", icon=":material/link_off:")
         st.session_state["url_written"] = query
         return
@@ -103,13 +103,13 @@ def start(spec) -> None:
     try:
         error = probe_error(spec, probe_name)
     except SpecError as failed:  # e.g. data.path names no dataset files: the run could not start either
-        st.session_state["train-message"] = f"Cannot train: **{failed.path}**: {failed.message}"
+        st.session_state["train-message"] = f"Cannot train: {messages.spec_error(failed)}"
         return
     if error is None:
         probes[probe_name] = {}
         st.session_state.pop("train-message", None)
     else:
-        st.session_state["train-message"] = (f"Training without the live probe **{probe_name}**: {error.message}. "
+        st.session_state["train-message"] = (f"Training without the live probe **{probe_name}**: {messages.escape(error.message)}. "
                                              f"Choose another probe (e.g. norms or weights) for this model.")
     label = f"{spec.model.name} {spec.topology.name} #{len(state.session_jobs()) + 1}"
     job = state.job_queue().submit(spec, label, probes=probes, probe_every=int(probe_every))
@@ -183,7 +183,7 @@ def show_status(view) -> None:
                    f"the run up to there. Try a smaller learning rate, a smaller tau, or another init.",
                    icon=":material/trending_up:")
     elif view.status == "error":
-        st.error(f"The run failed: {view.error}", icon=":material/error:")
+        st.error(f"The run failed: {messages.escape(view.error)}", icon=":material/error:")
     elif view.status == "finished":
         final = view.history[-1] if view.history else {}
         shown = " · ".join(f"{k} {v:.4g}" for k, v in final.items() if k not in ("step", "time"))

@@ -1,0 +1,38 @@
+"""Issue 16: a server a class can share. Hostile links, uploads and files reach the page only as text."""
+
+import re
+
+import pytest
+
+HOST = "example.invalid"
+LINK = f"[Session expired - log in again](http://{HOST}/login)"
+IMAGE = f"![x](http://{HOST}/a.png)"
+# markdown that makes a link or an image ("](" or "![" without a backslash before them) or a GitHub-style
+# autolink (http:// or www. with nothing but escapes between the letters: an invisible word joiner breaks it)
+ACTIVE_MARKDOWN = re.compile(r"(?<!\\)\]\(|(?<!\\)!\[|https?:\\?/|www\\?\.")
+
+
+def bodies(at) -> list[str]:
+    """Everything the page sent as markdown: error/warning/info/success bodies, markdown and captions."""
+    elements = [*at.error, *at.warning, *at.info, *at.success, *at.markdown, *at.caption]
+    return [element.proto.body for element in elements]
+
+
+@pytest.mark.parametrize("query", [{"model": LINK}, {"model": IMAGE}, {"data": "identity", "data.dim": IMAGE},
+                                   {IMAGE: "1"}, {f"model.{LINK}": "3"}])
+def test_a_hostile_link_is_shown_as_text(open_page, query):
+    at = open_page("train", query=query)
+    assert not at.exception
+    shown = [body for body in bodies(at) if HOST.replace(".", "\\.") in body or HOST in body]
+    assert shown, "the page should say the link's experiment is not valid, quoting it"
+    for body in shown:
+        assert not ACTIVE_MARKDOWN.search(body), body
+        assert HOST.replace(".", "\\.") in body  # quoted, escaped
+
+
+def test_escape_disarms_markdown():
+    from explorer_app.messages import escape
+
+    text = escape(f"{LINK} {IMAGE} <img src=x> **b** :red[x] $x$ www.{HOST}")
+    assert not ACTIVE_MARKDOWN.search(text)
+    assert "<" not in text.replace("\\<", "") and "www." not in text
