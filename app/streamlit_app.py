@@ -18,7 +18,7 @@ import torch  # noqa: F401
 import explorer  # noqa: F401
 import explorer.papers  # noqa: F401  (the presets and claims the pages list)
 from explorer_app import messages
-from explorer_app.limits import LimitError, limits
+from explorer_app.limits import LimitError, limits, restrict_data_reads
 
 VIEWS = Path(__file__).parent / "views"
 # Training threads and the server share one interpreter lock; hand it over every 1 ms instead of Python's
@@ -36,6 +36,7 @@ pages = [
     st.Page(VIEWS / "theory.py", title="Theory", icon=":material/functions:", url_path="theory"),
 ]
 page = st.navigation(pages)
+restrict_data_reads()  # before any page can validate a spec that names a file
 try:
     limits()  # a mistyped EXPLORER_MAX_* variable is a message on every page, not a traceback
 except LimitError as error:

@@ -15,7 +15,10 @@ def explorer_home(tmp_path_factory, monkeypatch):
     """Every test records runs into its own store, never the user's (~/.explorer)."""
     path = tmp_path_factory.mktemp("explorer-home")
     monkeypatch.setenv("EXPLORER_HOME", str(path))
-    return path
+    yield path
+    from explorer.data.files import restrict_reads
+
+    restrict_reads(None)  # an app test (AppTest runs the server's script in this process) restricts reads
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 import re
 
 import pytest
+from conftest import plain
 
 HOST = "example.invalid"
 LINK = f"[Session expired - log in again](http://{HOST}/login)"
@@ -36,3 +37,19 @@ def test_escape_disarms_markdown():
     text = escape(f"{LINK} {IMAGE} <img src=x> **b** :red[x] $x$ www.{HOST}")
     assert not ACTIVE_MARKDOWN.search(text)
     assert "<" not in text.replace("\\<", "") and "www." not in text
+
+
+def test_a_link_cannot_probe_server_files(open_page, tmp_path, monkeypatch):
+    """Issue 16 item 5: `?data=text&data.path=...` outside EXPLORER_DATA_DIR says the same thing whether the
+    file exists or not, and nothing about its length or content."""
+    monkeypatch.setenv("EXPLORER_DATA_DIR", str(tmp_path / "data"))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("x" * 5000)
+    shown = []
+    for path in (secret, tmp_path / "missing.txt"):
+        at = open_page("train", query={"data": "text", "model": "gpt", "data.path": str(path)})
+        assert not at.exception
+        [error] = [plain(e.value) for e in at.error if "data.path" in plain(e.value)]
+        shown.append(error.replace(str(path), "PATH"))
+    assert shown[0] == shown[1] and "EXPLORER_DATA_DIR" in shown[0]
+    assert "5000" not in shown[0] and "exist" not in shown[0]

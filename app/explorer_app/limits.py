@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from explorer.data.files import restrict_reads
 from explorer.nn.models import parameter_count
 from explorer.registry import SpecError
 from explorer.runs import home
@@ -67,16 +68,14 @@ def data_roots() -> list[Path]:
     return [root, (home() / "uploads").resolve()]
 
 
+def restrict_data_reads() -> None:
+    """Let this server read dataset files only from `data_roots()`; checked before any file is touched."""
+    restrict_reads(data_roots())
+
+
 def check_spec(spec, caps: Limits) -> None:
-    """Raise SpecError (naming the field) when the spec asks for more than this server allows or names a
-    file outside the data folders."""
-    path = spec.data.params.get("path")
-    if path:
-        resolved = Path(path).expanduser().resolve()
-        roots = data_roots()
-        if not any(resolved == root or root in resolved.parents for root in roots):
-            raise SpecError("data.path", f"the app reads data only from {roots[0]} (set EXPLORER_DATA_DIR to "
-                                         f"change it) or from uploads; move the files there or upload the text")
+    """Raise SpecError (naming the field) when the spec asks for more than this server allows. (A data.path
+    outside the data folders is refused earlier, while the spec is validated: see `restrict_data_reads`.)"""
     if spec.train.steps > caps.max_steps:
         raise SpecError("train.steps", f"this server allows at most {caps.max_steps} steps per run "
                                        f"(EXPLORER_MAX_STEPS); set train.steps to {caps.max_steps} or fewer")
