@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
 from explorer.catalog import KINDS
 from explorer.registry import SpecError
+from explorer.runs import StoreError, damaged_database, home
 from explorer.spec import ExperimentSpec, registry
 
 
@@ -95,12 +97,7 @@ def load_spec(preset: str | None, spec_file: Path | None, changes: list[str]) ->
     if preset is not None:
         spec = load_preset(preset)
     else:
-        try:
-            spec = ExperimentSpec.from_json(spec_file.read_text())
-        except OSError as err:
-            raise SpecError("--spec", f"cannot read {spec_file}: {err.strerror}") from None
-        except UnicodeDecodeError:
-            raise SpecError("--spec", f"{spec_file} is not a UTF-8 text file; give a spec JSON file") from None
+        spec = ExperimentSpec.from_json(_read_spec_file(spec_file))
     values = {}
     for change in changes:
         path, sep, value = change.partition("=")
@@ -108,6 +105,30 @@ def load_spec(preset: str | None, spec_file: Path | None, changes: list[str]) ->
             raise SpecError("--set", f"{change!r} is not PATH=VALUE; write e.g. --set model.depth=30")
         values[path.strip()] = value.strip()
     return spec.with_values(values) if values else spec
+
+
+def _read_spec_file(path: Path) -> str:
+    """The text of a spec file, refused before reading when it is not a regular file (/dev/zero, a pipe, a
+    folder) or larger than a spec can be."""
+    import stat
+
+    from explorer.spec import MAX_SPEC_BYTES
+
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecError("--spec", f"{path} is not a regular file; give a spec JSON file")
+        if info.st_size > MAX_SPEC_BYTES:
+            raise SpecError("--spec", f"{path} is {info.st_size:,} bytes, more than a spec can be "
+                                      f"({MAX_SPEC_BYTES:,}); give a spec JSON file")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_SPEC_BYTES + 1)
+    except OSError as err:
+        raise SpecError("--spec", f"cannot read {path}: {err.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError("--spec", f"{path} is not a UTF-8 text file; give a spec JSON file") from None
 
 
 def _train(args) -> int:
@@ -358,8 +379,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "presets":
             return _list("presets", False)
         return _list(args.kind, args.json)
-    except SpecError as err:
+    except (SpecError, StoreError) as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as err:  # the run store went bad while it was read
+        print(f"error: {damaged_database(home() / 'runs.sqlite', err)}", file=sys.stderr)
         return 2
 
 

@@ -48,7 +48,20 @@ class UnknownRun(SpecError):
 
 
 class StoreError(RuntimeError):
-    """The store itself is unusable here (e.g. written by a newer explorer with a newer schema)."""
+    """The store itself is unusable here (e.g. written by a newer explorer with a newer schema, or damaged)."""
+
+
+def damaged_database(db_path: Path, error: Exception) -> StoreError:
+    """The one-line error for a runs.sqlite SQLite cannot read (truncated, overwritten, not a database)."""
+    return StoreError(f"the run store {db_path} is damaged or not a run store ({error}); move it aside "
+                      f"(mv {db_path} {db_path}.broken) and run `explorer runs check` to see what is left")
+
+
+def damaged_checkpoint(path: Path, error: Exception) -> StoreError:
+    """The one-line error for a checkpoint file that does not load (its own text is not shown: torch's
+    suggests unpickling it unsafely)."""
+    return StoreError(f"the checkpoint {path} is damaged or not a checkpoint ({type(error).__name__}); move it "
+                      f"aside (mv {path} {path}.broken) or delete the run (`explorer runs delete`)")
 
 
 # ---- schema -------------------------------------------------------------------------------------
@@ -233,7 +246,10 @@ class RunStore:
         self.checkpoint_dir = self.root / "checkpoints"
         self._local = threading.local()
         self.root.mkdir(parents=True, exist_ok=True)
-        self._migrate()
+        try:
+            self._migrate()
+        except sqlite3.DatabaseError as error:
+            raise damaged_database(self.db_path, error) from None
 
     # pickling (for multiprocessing) carries the path only; connections are reopened on use
     def __getstate__(self) -> dict:
@@ -409,7 +425,13 @@ class RunStore:
         path = self.checkpoint_path(self.resolve(run_id))
         if not path.exists():
             return None
-        return torch.load(path, map_location=map_location, weights_only=True)
+        try:
+            state = torch.load(path, map_location=map_location, weights_only=True)
+        except Exception as error:  # truncated, overwritten, or a pickle that weights_only refuses
+            raise damaged_checkpoint(path, error) from None
+        if not isinstance(state, dict):
+            raise damaged_checkpoint(path, TypeError(f"holds a {type(state).__name__}, not a dict"))
+        return state
 
     def delete(self, run_id: str) -> str:
         """Remove a run's rows and its checkpoint file; returns the full id."""
@@ -602,7 +624,7 @@ def resume(run_id: str, store: RunStore | None = None, callbacks=None, stop=None
     Its history goes on where the checkpoint left it; on CPU the result equals a run that never stopped.
     A run killed mid-way resumes from its last periodic checkpoint (record with `checkpoint_every`).
     """
-    from explorer.train import train
+    from explorer.train import CheckpointMismatch, train
 
     store = store if store is not None else default_store()
     run_id = store.resolve(run_id)
@@ -615,4 +637,7 @@ def resume(run_id: str, store: RunStore | None = None, callbacks=None, stop=None
         raise SpecError("run", f"run {run_id[:8]} has no training checkpoint to resume from; record runs with "
                                "StoreRecorder (checkpoint_every=N for runs that may be killed)")
     recorder = StoreRecorder(store, checkpoint_every=checkpoint_every, resume=run_id)
-    return train(store.spec(run_id), callbacks=[recorder, *(callbacks or [])], stop=stop, resume_from=state)
+    try:
+        return train(store.spec(run_id), callbacks=[recorder, *(callbacks or [])], stop=stop, resume_from=state)
+    except CheckpointMismatch as error:
+        raise damaged_checkpoint(store.checkpoint_path(run_id), error) from None

@@ -303,16 +303,27 @@ def train(
     return run
 
 
+class CheckpointMismatch(ValueError):
+    """A checkpoint that loads but does not fit the run it should resume (missing parts, other shapes)."""
+
+
 def _restore(state: dict[str, Any], run: Run, model, optimizer, schedule, batches: _Batches, losses) -> tuple[int, int]:
     """Load a Run.checkpoint() into a freshly built run; (step to continue from, losses known sane)."""
-    step = int(state["step"])
+    try:
+        step = int(state["step"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointMismatch(f"no training step in it ({type(error).__name__})") from None
     if step > len(losses) - 1:
         raise SpecError("train.steps", f"the checkpoint is at step {step}, beyond this spec's {len(losses) - 1} steps")
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    schedule.load_state_dict(state["schedule"])
-    batches.load_state(state["batches"])
-    losses[:step] = state["losses"].to(losses.device)
-    run.history = [dict(row) for row in state["history"]]
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        batches.load_state(state["batches"])
+        losses[:step] = state["losses"].to(losses.device)
+        run.history = [dict(row) for row in state["history"]]
+        checked = int(state["checked"])
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as error:
+        raise CheckpointMismatch(f"it does not fit this run: {type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}") from None
     run.steps_done = step
-    return step, int(state["checked"])
+    return step, checked

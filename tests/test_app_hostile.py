@@ -1,8 +1,11 @@
 """Issue 16: a server a class can share. Hostile links, uploads and files reach the page only as text."""
 
+import os
+import pickle
 import re
 
 import pytest
+import explorer
 from conftest import plain
 
 HOST = "example.invalid"
@@ -53,3 +56,20 @@ def test_a_link_cannot_probe_server_files(open_page, tmp_path, monkeypatch):
         shown.append(error.replace(str(path), "PATH"))
     assert shown[0] == shown[1] and "EXPLORER_DATA_DIR" in shown[0]
     assert "5000" not in shown[0] and "exist" not in shown[0]
+
+
+def test_a_corrupt_checkpoint_on_inside_probe_is_one_clear_line(open_page):
+    """Issue 16 item 6: Inside -> Probe on a damaged checkpoint names the file and what to do; torch's own
+    text (which advises weights_only=False) is not shown."""
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 3, "train.steps": 4, "train.log_every": 2})
+    explorer.train(spec, callbacks=[explorer.StoreRecorder(label="stored")])
+    store = explorer.RunStore()
+    path = store.checkpoint_path(store.list()[0]["id"])
+    path.write_bytes(pickle.dumps(type("Evil", (), {"__reduce__": lambda self: (os.system, ("true",))})()))
+    at = open_page("inside")
+    at.toggle(key="inside-all").set_value(True).run()
+    at.button(key="inside-run-probes").click().run()
+    assert not at.exception
+    [warning] = [plain(w.value) for w in at.warning if "checkpoint" in plain(w.value)]
+    assert str(path) in warning and "move it" in warning and "weights_only" not in warning
+    assert "\n" not in warning
