@@ -74,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     runs_export.add_argument("path", type=Path, help="the file to write, ending in .json or .csv")
     runs_delete = runs_sub.add_parser("delete", help="remove a run and its checkpoint")
     runs_delete.add_argument("id", help="a run id or a unique prefix of one")
+    runs_sub.add_parser("check", help="what the store holds and what is wrong with it (a damaged or missing "
+                                      "database, checkpoints that do not load); exit 1 when something is")
     runs_resume = runs_sub.add_parser("resume", help="continue a stopped or interrupted run from its last checkpoint")
     runs_resume.add_argument("id", help="a run id or a unique prefix of one")
     runs_resume.add_argument("--json", action="store_true", help="print the run summary as JSON")
@@ -271,6 +273,11 @@ def _sweep(args) -> int:
 def _claims(args) -> int:
     from explorer.papers.claims import claims, run_claims
 
+    known = [c.id for c in claims(args.paper)]
+    unknown = [i for i in args.ids or [] if i not in known]
+    if unknown:
+        raise SpecError("--id", f"no claim {', '.join(map(repr, unknown))}" + (f" in {args.paper}" if args.paper else "")
+                        + f"; valid ids: {', '.join(known)}")
     total = len([c for c in claims(args.paper) if args.ids is None or c.id in args.ids])
     done = []
 
@@ -307,8 +314,12 @@ def _runs(args) -> int:
     """`explorer runs list|show|export|delete`: the run store in EXPLORER_HOME (see explorer.runs)."""
     import datetime
 
-    from explorer.runs import default_store
+    from explorer.runs import check_store, default_store
 
+    if args.runs_command == "check":  # must work on a store too damaged to open
+        facts, problems = check_store()
+        print("\n".join(facts + [f"problem     {p}" for p in problems] + ([] if problems else ["ok"])))
+        return 1 if problems else 0
     store = default_store()
 
     def when(t: float) -> str:

@@ -73,3 +73,11 @@ def test_a_corrupt_checkpoint_on_inside_probe_is_one_clear_line(open_page):
     [warning] = [plain(w.value) for w in at.warning if "checkpoint" in plain(w.value)]
     assert str(path) in warning and "move it" in warning and "weights_only" not in warning
     assert "\n" not in warning
+
+
+def test_why_train_is_off_is_shown_beside_it(open_page):
+    """Issue 16 item 7: with ?train.steps=20001 the reason is in the main area, not only in a collapsed section."""
+    at = open_page("train", query={"train.steps": "20001"})
+    assert not at.exception
+    assert at.button(key="train-start").disabled
+    assert any("train.steps" in plain(e.value) and "EXPLORER_MAX_STEPS" in plain(e.value) for e in at.main.error)

@@ -148,3 +148,60 @@ def test_cli_resume_on_corrupt_checkpoints_is_one_line(capsys, recorded):
         assert_one_line_error(code, out, err, str(path), "move it")
         assert "weights_only=False" not in err, kind
     assert len(kinds) >= 5
+
+
+# ---- the store fails loudly (item 7) -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("state", ["empty", "missing"])
+def test_an_empty_or_missing_database_beside_checkpoints_is_reported_not_recreated(capsys, recorded, state):
+    store, run_id = recorded
+    store.close()
+    for suffix in ("", "-wal", "-shm"):
+        store.db_path.with_name(store.db_path.name + suffix).unlink(missing_ok=True)
+    if state == "empty":
+        store.db_path.write_bytes(b"")
+    with pytest.raises(explorer.runs.StoreError, match="checkpoint"):
+        RunStore(store.root)
+    assert_one_line_error(*cli(capsys, "runs", "list"), str(store.db_path), "restore runs.sqlite")
+    assert (store.db_path.exists() and store.db_path.stat().st_size == 0) if state == "empty" else not store.db_path.exists()
+    code, out, err = cli(capsys, "runs", "check")
+    assert code == 1 and "problem" in out and "restore runs.sqlite" in out and "Traceback" not in out + err
+
+
+def test_runs_check_says_ok_or_names_each_problem(capsys, recorded):
+    store, run_id = recorded
+    code, out, _ = cli(capsys, "runs", "check")
+    assert code == 0 and out.strip().endswith("ok") and "1 run(s)" in out
+    store.checkpoint_path(run_id).write_bytes(b"garbage")
+    (store.checkpoint_dir / ("f" * 32 + ".pt")).write_bytes(b"x")
+    code, out, _ = cli(capsys, "runs", "check")
+    assert code == 1
+    assert f"{store.checkpoint_path(run_id)} is damaged" in out and "belongs to no recorded run" in out
+
+
+def test_a_run_being_trained_is_locked_against_a_second_writer(capsys, recorded):
+    import subprocess
+    import sys
+
+    store, run_id = recorded
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from explorer.runs import RunStore, RunLock; "
+        f"lock = RunLock(RunStore({str(store.root)!r}), {run_id!r}).acquire(); print('held', flush=True); time.sleep(120)")],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert_one_line_error(*cli(capsys, "runs", "resume", run_id[:8]), "being trained by process", str(holder.pid))
+    finally:
+        holder.kill()  # kill -9: the system drops its lock
+        holder.wait()
+    code, out, err = cli(capsys, "runs", "resume", run_id[:8], "--json")
+    assert code == 0, err
+    assert json.loads(out)["status"] == "finished"
+
+
+def test_claims_with_an_unknown_id_fails_with_the_valid_ids(capsys):
+    code, out, err = cli(capsys, "claims", "--id", "nosuch")
+    assert_one_line_error(code, out, err, "nosuch", "valid ids")
+    from explorer.papers.claims import claims
+
+    assert claims()[0].id in err

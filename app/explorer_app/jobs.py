@@ -185,6 +185,9 @@ class Job:
                 self._error = f"{type(error).__name__}: {error}"
             if self.recorder is not None and self.recorder.run_id is not None:
                 self.store.set_status(self.recorder.run_id, "error")
+        finally:
+            if self.recorder is not None:
+                self.recorder.release()
 
 
 class JobQueue:

@@ -70,6 +70,8 @@ with st.sidebar:
     form = spec_form.render(check=lambda spec: limits.check_spec(spec, caps))
     uploads.text_corpus_uploader(form.raw, caps, key="train-upload-text")
 spec = form.spec
+if form.error is not None:  # also here, beside Train, not only under its field in a collapsed section
+    st.error(f"Train is off until this is fixed: {messages.spec_error(form.error)}", icon=":material/block:")
 if spec is not None:
     write_to_url(spec)
     state.remember_train_spec(spec)
