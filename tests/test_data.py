@@ -34,15 +34,15 @@ def data_section(name: str, **params):
 
 def fresh(name: str, **params) -> Dataset:
     """Build without the module's cache, so determinism checks compare two real generations."""
-    explorer.data._cached.cache_clear()
+    explorer.data.clear_cache()
     return build_dataset(data_section(name, **params))
 
 
 @pytest.fixture(autouse=True)
 def _clear_cache():
-    explorer.data._cached.cache_clear()
+    explorer.data.clear_cache()
     yield
-    explorer.data._cached.cache_clear()
+    explorer.data.clear_cache()
 
 
 def test_small_configs_cover_the_expected_datasets():
@@ -95,7 +95,7 @@ def test_different_data_seed_gives_different_data(name):
 def test_training_seed_does_not_change_the_data():
     base = ExperimentSpec.from_dict({"data": {"name": "identity", **SMALL["identity"]}})
     a = build_dataset(base.data)
-    explorer.data._cached.cache_clear()
+    explorer.data.clear_cache()
     b = build_dataset(base.with_values({"train.seed": 99}).data)
     assert torch.equal(a.x_train, b.x_train) and torch.equal(a.y_val, b.y_val)
 
@@ -289,7 +289,7 @@ def test_split_rejects_unknown_name():
 
 def test_no_dataset_touches_the_network(no_network):
     for name in DATASET_NAMES:
-        explorer.data._cached.cache_clear()
+        explorer.data.clear_cache()
         data = build_dataset(data_section(name))
         assert data.n_train > 0
 

@@ -20,9 +20,9 @@ from explorer.data import Dataset, build_dataset, dims
 
 @pytest.fixture(autouse=True)
 def _clear_cache():
-    explorer.data._cached.cache_clear()
+    explorer.data.clear_cache()
     yield
-    explorer.data._cached.cache_clear()
+    explorer.data.clear_cache()
 
 
 def section(name: str, **params):
@@ -30,7 +30,7 @@ def section(name: str, **params):
 
 
 def fresh(name: str, **params) -> Dataset:
-    explorer.data._cached.cache_clear()
+    explorer.data.clear_cache()
     return build_dataset(section(name, **params))
 
 
@@ -241,9 +241,9 @@ def test_digits_images_invalid_size_is_a_spec_error(size):
 
 @pytest.fixture(scope="module")
 def shapes_data():
-    explorer.data._cached.cache_clear()
+    explorer.data.clear_cache()
     data = build_dataset(section("shapes", n_train=200, n_val=500, seed=2))
-    explorer.data._cached.cache_clear()
+    explorer.data.clear_cache()
     return data
 
 

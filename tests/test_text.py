@@ -20,9 +20,9 @@ LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 @pytest.fixture(autouse=True)
 def _clear_cache():
-    explorer.data._cached.cache_clear()
+    explorer.data.clear_cache()
     yield
-    explorer.data._cached.cache_clear()
+    explorer.data.clear_cache()
 
 
 def section(**params):
@@ -167,7 +167,7 @@ def test_data_seeds_cut_different_training_windows(tmp_path):
     for seed in range(6):
         data = build(path=path, context=16, seed=seed)
         offsets.add(text.find(window_text(data.x_train[0], data.y_train[0], vocab)))
-        explorer.data._cached.cache_clear()
+        explorer.data.clear_cache()
         again = build(path=path, context=16, seed=seed)
         assert torch.equal(data.x_train, again.x_train) and torch.equal(data.x_val, again.x_val)
     assert len(offsets) > 1 and all(0 <= o < 16 for o in offsets)

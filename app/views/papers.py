@@ -173,8 +173,9 @@ class ClaimFailed(Exception):
 
 
 @st.cache_data(show_spinner=False)
-def claim_row(paper: str, claim_id: str, fast: bool) -> dict:
-    """`Claim.run(fast)` while holding one of the server's job slots; cached server-wide (claims are seeded)."""
+def claim_row(paper: str, claim_id: str, fast: bool, context: tuple) -> dict:
+    """`Claim.run(fast)` while holding one of the server's job slots; cached server-wide (claims are seeded),
+    keyed by what the result depends on besides the claim: `claim_context()`."""
     claim = next(c for c in claims(paper) if c.id == claim_id)
     with state.job_queue().slot():
         row = claim.run(fast)
@@ -186,12 +187,22 @@ def claim_row(paper: str, claim_id: str, fast: bool) -> dict:
 def run_claim(claim: Claim, fast: bool) -> dict:
     """The claim's result row, cached or computed now; never raises (a failure becomes its "error" row)."""
     try:
-        return claim_row(claim.paper, claim.id, fast)
+        return claim_row(claim.paper, claim.id, fast, claim_context())
     except ClaimFailed as failed:
         return failed.row
     except Exception as error:  # e.g. an invalid EXPLORER_MAX_JOBS: reported on the claim, the page goes on
         return {"verdict": "error", "measured": {}, "expected": claim.expected,
                 "note": f"{type(error).__name__}: {error}", "seconds": None}
+
+
+def claim_context() -> tuple:
+    """What a claim's numbers depend on besides its seeded specs: the code's version, torch's version, the
+    machine and the threads a job trains with (float sums differ with them)."""
+    import platform
+
+    import torch
+
+    return (explorer.__version__, torch.__version__, platform.machine(), state.job_queue().threads)
 
 
 def queue_note() -> str:
