@@ -89,11 +89,27 @@ def _with_spec_source(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     source.add_argument("--spec", type=Path, help="a spec JSON file")
     parser.add_argument("--set", dest="changes", action="append", default=[], metavar="PATH=VALUE",
                         help="change a value by its dotted path, e.g. --set model.depth=30 (repeatable)")
+    parser.add_argument("--max-data-mb", type=int, metavar="MB",
+                        help="memory one dataset may take (default: EXPLORER_MAX_DATA_MB, else 512)")
+    parser.add_argument("--max-model-mb", type=int, metavar="MB",
+                        help="memory training one model may take (default: EXPLORER_MAX_MODEL_MB, else 2048)")
     return parser
 
 
+def _apply_caps(args) -> None:
+    """--max-data-mb / --max-model-mb set EXPLORER_MAX_DATA_MB / EXPLORER_MAX_MODEL_MB for this process."""
+    import os
+
+    for flag, variable in (("max_data_mb", "EXPLORER_MAX_DATA_MB"), ("max_model_mb", "EXPLORER_MAX_MODEL_MB")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            if value < 1:
+                raise SpecError(f"--{flag.replace('_', '-')}", "must be a positive number of megabytes")
+            os.environ[variable] = str(value)
+
+
 def load_spec(preset: str | None, spec_file: Path | None, changes: list[str]) -> ExperimentSpec:
-    """The spec named on the command line, with --set changes applied."""
+    """The spec named on the command line, with --set changes applied, checked against the memory caps."""
     from explorer.papers import preset as load_preset
 
     if preset is not None:
@@ -106,7 +122,11 @@ def load_spec(preset: str | None, spec_file: Path | None, changes: list[str]) ->
         if not sep:
             raise SpecError("--set", f"{change!r} is not PATH=VALUE; write e.g. --set model.depth=30")
         values[path.strip()] = value.strip()
-    return spec.with_values(values) if values else spec
+    spec = spec.with_values(values) if values else spec
+    from explorer.budget import check
+
+    check(spec)  # before any data or model is allocated
+    return spec
 
 
 def _read_spec_file(path: Path) -> str:
@@ -377,6 +397,7 @@ def _runs(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        _apply_caps(args)
         if args.command == "train":
             return _train(args)
         if args.command == "probe":

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from explorer import budget
 from explorer.data import Dataset, build_dataset
 from explorer.init import initialize
 from explorer.nn.models import build_model
@@ -103,7 +104,9 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build(spec: ExperimentSpec, device: str | torch.device | None = None) -> tuple[nn.Module, Dataset]:
-    """The initialised model and its dataset, both on the spec's device (or `device`)."""
+    """The initialised model and its dataset, both on the spec's device (or `device`); SpecError first when
+    they would take more memory than EXPLORER_MAX_DATA_MB / EXPLORER_MAX_MODEL_MB allow (explorer.budget)."""
+    budget.check(spec)
     target = resolve_device(spec.train.device) if device is None else torch.device(device)
     data = build_dataset(spec.data)
     model = build_model(spec, data.dims)

@@ -81,3 +81,33 @@ def test_why_train_is_off_is_shown_beside_it(open_page):
     assert not at.exception
     assert at.button(key="train-start").disabled
     assert any("train.steps" in plain(e.value) and "EXPLORER_MAX_STEPS" in plain(e.value) for e in at.main.error)
+
+
+@pytest.mark.parametrize("query", [{"data": "identity", "data.dim": "4096", "data.n_train": "50000", "data.seed": "0"},
+                                   {"model.depth": "10000", "model.width": "65536"},
+                                   {"data": "shapes", "model": "vit", "data.size": "128", "data.n_train": "200000"}])
+def test_a_link_that_asks_for_too_much_memory_is_refused_before_anything_is_built(open_page, query, monkeypatch):
+    """Issue 16 item 1: the message is shown, Train is off, and no dataset was generated."""
+    import explorer.data
+
+    built = []
+    monkeypatch.setattr(explorer.data, "_remember", lambda key, dataset: built.append(key))
+    at = open_page("train", query=query)
+    assert not at.exception
+    assert at.button(key="train-start").disabled
+    assert any("EXPLORER_MAX_" in plain(e.value) for e in at.main.error)
+    assert built == []
+
+
+def test_an_oversized_spec_upload_is_refused(open_page):
+    import json
+
+    at = open_page("train")
+    upload = json.dumps({"data": {"name": "identity", "dim": 4096, "n_train": 1000000}}).encode()
+    from test_app_uploads import uploader
+
+    uploader(at, "train-upload-spec").set_value(("big.json", upload, "application/json")).run()
+    assert not at.exception
+    at.run()  # the form loaded from the upload is validated on the next run
+    assert any("EXPLORER_MAX_DATA_MB" in plain(e.value) for e in at.error)
+    assert at.button(key="train-start").disabled

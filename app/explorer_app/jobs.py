@@ -23,6 +23,7 @@ import torch
 
 import explorer
 from explorer.runs import RunStore, StoreRecorder
+from explorer_app.messages import escape
 
 ACTIVE = ("queued", "running", "paused")  # a job in one of these may still change
 
@@ -44,6 +45,7 @@ class JobView:
     run_id: str | None
     error: str | None
     queue_position: int | None  # 1 = next to start, while queued
+    note: str | None = None  # e.g. a live probe left out because it does not apply to this model (markdown)
 
     @property
     def active(self) -> bool:
@@ -57,10 +59,13 @@ class JobView:
 class Job:
     """One training run in a background thread, with Pause / Step / Stop between logged steps."""
 
-    def __init__(self, spec, label: str, probes: Mapping[str, dict], probe_every: int, store: RunStore | None):
+    def __init__(self, spec, label: str, probes: Mapping[str, dict], probe_every: int, store: RunStore | None,
+                 optional_probes: tuple[str, ...] = ()):
         self.id = uuid.uuid4().hex[:8]
         self.spec, self.label = spec, label
         self.probes, self.probe_every, self.store = dict(probes), probe_every, store
+        self.optional_probes = optional_probes  # tried on the untrained model first; left out if they do not apply
+        self._note: str | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._go = threading.Event()  # cleared while paused
@@ -134,7 +139,8 @@ class Job:
                 total_steps=self.spec.train.steps, history=list(self._history),
                 probes=dict(self._probes), probe_step=self._probe_step, steps_per_second=self._sps,
                 diverged_at=self._diverged_at, run_id=self.recorder.run_id if self.recorder else None,
-                error=self._error, queue_position=self._queue.position(self) if self._queue else None)
+                error=self._error, queue_position=self._queue.position(self) if self._queue else None,
+                note=self._note)
 
     # ---- the training thread --------------------------------------------------------------------
     def _listen(self, event) -> None:
@@ -166,6 +172,16 @@ class Job:
                 if self._snapshot_wanted.is_set():
                     self._take_snapshot(run)
 
+    def _leave_out_inapplicable_probes(self) -> None:
+        """In the job's own turn (nothing is built before): drop an optional probe that does not apply."""
+        for name in self.optional_probes:
+            error = _probe_problem(self.spec, name)
+            if error is not None:
+                self.probes.pop(name, None)
+                with self._lock:
+                    self._note = (f"Training without the live probe **{escape(name)}**: {escape(error.message)}. "
+                                  "Choose another probe (e.g. norms or weights) for this model.")
+
     def _take_snapshot(self, run) -> None:
         self._snapshot = (run.steps_done, _copy_state(run.model))
         self._snapshot_wanted.clear()
@@ -176,6 +192,7 @@ class Job:
         with self._lock:
             self._status = "running" if self._go.is_set() else "paused"
         try:
+            self._leave_out_inapplicable_probes()
             listeners = [self.recorder, self._listen] if self.recorder else [self._listen]
             explorer.train(self.spec, callbacks=listeners, stop=self._stop,
                            probes=self.probes or None, probe_every=self.probe_every)
@@ -188,6 +205,18 @@ class Job:
         finally:
             if self.recorder is not None:
                 self.recorder.release()
+
+
+def _probe_problem(spec, name: str):
+    """The SpecError a probe raises on the untrained model (two inputs), or None when it applies."""
+    from explorer.probes import validation_tensors
+
+    model, data = explorer.build(spec, device="cpu")
+    try:
+        explorer.probe(model, data.x_val[:2], name, **validation_tensors(name, data, 2))
+    except explorer.SpecError as error:
+        return error
+    return None
 
 
 class JobQueue:
@@ -203,10 +232,10 @@ class JobQueue:
         self._running = 0
 
     def submit(self, spec, label: str, probes: Mapping[str, dict] | None = None, probe_every: int = 50,
-               record: bool = True) -> Job:
+               record: bool = True, optional_probes: tuple[str, ...] = ()) -> Job:
         """Start (or queue) a run of `spec`; with `record` it is saved in the queue's run store."""
         store = (self.store or explorer.RunStore()) if record else None
-        job = Job(spec, label, probes or {}, probe_every, store)
+        job = Job(spec, label, probes or {}, probe_every, store, optional_probes)
         job._queue, job.threads = self, self.threads
         with self._cond:
             self._waiting.append(job)

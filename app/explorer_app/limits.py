@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from explorer import budget
 from explorer.data.files import restrict_reads
 from explorer.nn.models import parameter_count
 from explorer.registry import SpecError
@@ -79,6 +80,7 @@ def check_spec(spec, caps: Limits) -> None:
     if spec.train.steps > caps.max_steps:
         raise SpecError("train.steps", f"this server allows at most {caps.max_steps} steps per run "
                                        f"(EXPLORER_MAX_STEPS); set train.steps to {caps.max_steps} or fewer")
+    budget.check(spec)  # the memory its data and its training would take (EXPLORER_MAX_DATA_MB, _MODEL_MB)
     count = parameter_count(spec)
     if count > caps.max_params:
         raise SpecError("model.width", f"this model has {count:,} parameters, above this server's cap of "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 import urllib.parse
 
 import streamlit as st
@@ -70,27 +69,3 @@ def train_page_params(spec) -> dict[str, str]:
 def open_in_train(spec) -> None:
     """Switch to the Train page with `spec` loaded (e.g. a paper's preset)."""
     st.switch_page(TRAIN_PAGE, query_params=train_page_params(spec))
-
-
-def warm_up(spec) -> None:
-    """Build `spec`'s data and model and run a probe once, in the background, so the first click on Train
-    does not pay for loading the dataset and torch's first-call set-up (about 2 s on a laptop CPU).
-    Once per dataset per server process."""
-    key = repr(sorted(spec.data.to_dict().items()))
-    with _WARM_LOCK:
-        if key in _WARMED:
-            return
-        _WARMED.add(key)
-    threading.Thread(target=_build_and_probe, args=(spec,), name="explorer-warm-up", daemon=True).start()
-
-
-def _build_and_probe(spec) -> None:
-    try:
-        model, data = explorer.build(spec, device="cpu")
-        explorer.probe(model, data.x_val[:2], "jacobian")
-    except Exception:  # a warm-up only saves time; the real run reports any problem
-        pass
-
-
-_WARM_LOCK = threading.Lock()
-_WARMED: set[str] = set()

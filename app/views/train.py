@@ -14,7 +14,6 @@ import streamlit as st
 
 import explorer
 from explorer import plots
-from explorer.probes import validation_tensors
 from explorer.registry import SpecError
 from explorer_app import figures, limits, messages, spec_form, state, uploads
 
@@ -75,7 +74,6 @@ if form.error is not None:  # also here, beside Train, not only under its field 
 if spec is not None:
     write_to_url(spec)
     state.remember_train_spec(spec)
-    state.warm_up(spec)
 
 # ---- what to watch -----------------------------------------------------------------------------
 left, middle, right = st.columns([2, 1, 1])
@@ -89,32 +87,13 @@ heatmap_basis = right.selectbox("Heatmap basis", ["unrolled", "own", "log_ratio"
                                      "log_ratio: ANCRe's log(c_ij / max_j c) view.")
 
 
-def probe_error(spec, name: str) -> SpecError | None:
-    """Try the probe on the untrained model (two inputs) so an inapplicable choice is refused up front."""
-    model, data = explorer.build(spec, device="cpu")
-    try:
-        explorer.probe(model, data.x_val[:2], name, **validation_tensors(name, data, 2))
-    except SpecError as error:
-        return error
-    return None
-
-
 def start(spec) -> None:
-    """Submit the run; a live probe that does not apply to this model is left out, with a note saying why."""
-    probes = {LIVE_PROBE: {}}
-    try:
-        error = probe_error(spec, probe_name)
-    except SpecError as failed:  # e.g. data.path names no dataset files: the run could not start either
-        st.session_state["train-message"] = f"Cannot train: {messages.spec_error(failed)}"
-        return
-    if error is None:
-        probes[probe_name] = {}
-        st.session_state.pop("train-message", None)
-    else:
-        st.session_state["train-message"] = (f"Training without the live probe **{probe_name}**: {messages.escape(error.message)}. "
-                                             f"Choose another probe (e.g. norms or weights) for this model.")
+    """Submit the run. Nothing is built here: the job builds the data and model in its turn, and leaves out
+    a live probe that does not apply to this model, with a note saying why."""
+    st.session_state.pop("train-message", None)
     label = f"{spec.model.name} {spec.topology.name} #{len(state.session_jobs()) + 1}"
-    job = state.job_queue().submit(spec, label, probes=probes, probe_every=int(probe_every))
+    job = state.job_queue().submit(spec, label, probes={LIVE_PROBE: {}, probe_name: {}}, probe_every=int(probe_every),
+                                   optional_probes=(probe_name,))
     state.add_job(job)
     st.session_state["train-job"] = job
 
@@ -157,6 +136,8 @@ def live_view() -> None:
 
     if "train-message" in st.session_state:
         st.warning(st.session_state["train-message"], icon=":material/warning:")
+    if view is not None and view.note:
+        st.warning(view.note, icon=":material/warning:")
     if view is None:
         st.info("No run yet: press **Train**.", icon=":material/info:")
         empty_loss_chart()
