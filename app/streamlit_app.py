@@ -4,6 +4,7 @@ Five pages: Train (live runs), Inside (probe a run), Compare (overlay runs, laun
 Papers (each paper's claims, rerun at CPU scale) and Theory (the closed-form results).
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +36,8 @@ pages = [
     st.Page(VIEWS / "papers.py", title="Papers", icon=":material/menu_book:", url_path="papers"),
     st.Page(VIEWS / "theory.py", title="Theory", icon=":material/functions:", url_path="theory"),
 ]
+if os.environ.get("EXPLORER_ADMIN_TOKEN"):  # the operator's page exists only when a token is set
+    pages.append(st.Page(VIEWS / "admin.py", title="Admin", icon=":material/admin_panel_settings:", url_path="admin"))
 page = st.navigation(pages)
 restrict_data_reads()  # before any page can validate a spec that names a file
 try:

@@ -92,7 +92,8 @@ def test_a_grid_queues_beyond_the_limit_trains_and_fills_the_comparison(open_pag
     assert any("has not started any runs" in info.value for info in other.info)
 
 
-def test_a_grid_above_the_cap_or_with_an_invalid_value_is_refused(open_page):
+def test_a_grid_above_the_cap_or_with_an_invalid_value_is_refused(open_page, monkeypatch):
+    monkeypatch.setenv("EXPLORER_MAX_JOBS_PER_SESSION", "12")  # the grid's own cap (a session's is tested elsewhere)
     at = set_up_grid(open_page("compare"), ["cascaded", "none", "tau", "shortcuts", "ancre"])
     at.number_input(key="compare-seeds").set_value(3).run()
     assert not at.exception

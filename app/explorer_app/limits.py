@@ -5,6 +5,9 @@ EXPLORER_MAX_STEPS     most optimizer steps one run may ask for
 EXPLORER_MAX_PARAMS    most parameters one model may have
 EXPLORER_MAX_UPLOAD_KB largest spec JSON or text file a user may upload
 EXPLORER_DATA_DIR      the only folder dataset files (MNIST, CIFAR, text) are read from (default EXPLORER_HOME/data)
+EXPLORER_MAX_JOBS_PER_SESSION  active jobs one browser session may have (a Compare grid counts each run)
+EXPLORER_SESSION_GRACE_S       seconds after a session ends (tab closed) before its jobs are stopped
+EXPLORER_ADMIN_TOKEN   when set, /admin?token=... lists every job on the server and can stop any
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ VARIABLES = {
     "EXPLORER_MAX_STEPS": ("max_steps", 20_000, "most optimizer steps one run may ask for"),
     "EXPLORER_MAX_PARAMS": ("max_params", 5_000_000, "most parameters one model may have"),
     "EXPLORER_MAX_UPLOAD_KB": ("max_upload_kb", 2048, "largest spec JSON or text file a user may upload (KiB)"),
+    "EXPLORER_MAX_JOBS_PER_SESSION": ("max_jobs_per_session", 4, "active jobs one browser session may have"),
+    "EXPLORER_SESSION_GRACE_S": ("session_grace_s", 60, "seconds a closed session's jobs go on before they stop"),
 }
 
 
@@ -38,6 +43,8 @@ class Limits:
     max_steps: int
     max_params: int
     max_upload_kb: int
+    max_jobs_per_session: int
+    session_grace_s: int
 
     @property
     def max_upload_bytes(self) -> int:

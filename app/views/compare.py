@@ -150,12 +150,15 @@ def launch(items: list[tuple[str, object]]) -> None:
         st.error(f"Could not build the grid's model: {messages.failure(error)}", icon=":material/error:")
         return
     number = st.session_state.get("compare-grids", 0) + 1
-    jobs = []
-    for label, spec in items:
-        job = state.job_queue().submit(spec, f"grid {number}: {label}", probes=probes,
-                                       probe_every=max(spec.train.steps // 4, 1))
-        state.add_job(job)
-        jobs.append(job)
+    share = caps.max_jobs_per_session - len(state.job_queue().active_jobs(state.session_id()))
+    if len(items) > share:
+        st.error(f"This grid has {len(items)} runs but this session may start only {max(share, 0)} more now: one "
+                 f"session may have at most {caps.max_jobs_per_session} runs training or waiting on this server "
+                 "(EXPLORER_MAX_JOBS_PER_SESSION). Make the grid smaller, or wait for your runs to end.",
+                 icon=":material/error:")
+        return
+    jobs = [state.submit(spec, f"grid {number}: {label}", probes=probes, probe_every=max(spec.train.steps // 4, 1))
+            for label, spec in items]
     st.session_state["compare-grids"] = number
     st.session_state["compare-grid"] = {"number": number, "jobs": jobs, "notes": notes, "selected": False}
 
@@ -182,8 +185,11 @@ size = grid_size(grid_values, seeds)
 items = None
 if size == 0:
     st.info("Pick at least one value on each axis.", icon=":material/info:")
-elif size > MAX_RUNS:
-    st.error(f"This grid has {size} runs; a grid may launch at most {MAX_RUNS}. Remove some values or seeds.",
+elif size > min(MAX_RUNS, caps.max_jobs_per_session):
+    most, why = (MAX_RUNS, "a grid may launch") if MAX_RUNS <= caps.max_jobs_per_session else \
+        (caps.max_jobs_per_session, "one session may have this many runs training or waiting on this server "
+                                    "(EXPLORER_MAX_JOBS_PER_SESSION), and")
+    st.error(f"This grid has {size} runs; {why} at most {most}. Remove some values or seeds.",
              icon=":material/error:")
 else:
     try:

@@ -92,9 +92,12 @@ def start(spec) -> None:
     a live probe that does not apply to this model, with a note saying why."""
     st.session_state.pop("train-message", None)
     label = f"{spec.model.name} {spec.topology.name} #{len(state.session_jobs()) + 1}"
-    job = state.job_queue().submit(spec, label, probes={LIVE_PROBE: {}, probe_name: {}}, probe_every=int(probe_every),
-                                   optional_probes=(probe_name,))
-    state.add_job(job)
+    try:
+        job = state.submit(spec, label, probes={LIVE_PROBE: {}, probe_name: {}}, probe_every=int(probe_every),
+                           optional_probes=(probe_name,))
+    except state.SessionLimit as refused:
+        st.session_state["train-message"] = f"Not started: {messages.escape(refused)}"
+        return
     st.session_state["train-job"] = job
 
 
