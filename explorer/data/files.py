@@ -32,6 +32,8 @@ def allowed_roots() -> tuple[Path, ...] | None:
 def local_path(path: str) -> str:
     """The absolute path `data.path` names (with ~ expanded); SpecError when reads are restricted and it
     resolves outside the allowed folders."""
+    if "\x00" in path:
+        raise SpecError("data.path", "contains a NUL character, which no file name has; give the path to the file")
     full = os.path.abspath(os.path.expanduser(path))
     roots = _allowed_roots
     if roots is None:
