@@ -4,12 +4,22 @@ Five pages: Train (live runs), Inside (probe a run), Compare (overlay runs, laun
 Papers (each paper's claims, rerun at CPU scale) and Theory (the closed-form results).
 """
 
+import os
 import sys
 from pathlib import Path
 
+# Heavy libraries are imported here, once, when the server loads the app, before any session runs a
+# page: two sessions importing pandas at the same moment see a "partially initialized module" error.
+import numpy  # noqa: F401
+import pandas  # noqa: F401
+import plotly.graph_objects  # noqa: F401
 import streamlit as st
+import torch  # noqa: F401
 
-from explorer_app.limits import LimitError, limits
+import explorer  # noqa: F401
+import explorer.papers  # noqa: F401  (the presets and claims the pages list)
+from explorer_app import messages
+from explorer_app.limits import LimitError, limits, restrict_data_reads
 
 VIEWS = Path(__file__).resolve().parent / "views"  # resolved: st.Page reads a relative path from the script's folder
 # Training threads and the server share one interpreter lock; hand it over every 1 ms instead of Python's
@@ -26,10 +36,17 @@ pages = [
     st.Page(VIEWS / "papers.py", title="Papers", icon=":material/menu_book:", url_path="papers"),
     st.Page(VIEWS / "theory.py", title="Theory", icon=":material/functions:", url_path="theory"),
 ]
+if os.environ.get("EXPLORER_ADMIN_TOKEN"):  # the operator's page exists only when a token is set
+    pages.append(st.Page(VIEWS / "admin.py", title="Admin", icon=":material/admin_panel_settings:", url_path="admin"))
 page = st.navigation(pages)
+restrict_data_reads()  # before any page can validate a spec that names a file
 try:
     limits()  # a mistyped EXPLORER_MAX_* variable is a message on every page, not a traceback
 except LimitError as error:
     st.error(f"This server is misconfigured: {error}", icon=":material/settings:")
     st.stop()
-page.run()
+try:
+    page.run()
+except Exception as error:  # the page's own bug or a broken file: a one-line message, never a traceback
+    st.error(f"This page stopped on an unexpected error: {messages.failure(error)}. Reload the page; if it comes "
+             "back, tell whoever runs this server.", icon=":material/error:")

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 from pathlib import Path
 
 from explorer.catalog import KINDS
 from explorer.registry import SpecError
+from explorer.runs import StoreError, damaged_database, home
 from explorer.spec import ExperimentSpec, registry
 
 
@@ -72,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     runs_export.add_argument("path", type=Path, help="the file to write, ending in .json or .csv")
     runs_delete = runs_sub.add_parser("delete", help="remove a run and its checkpoint")
     runs_delete.add_argument("id", help="a run id or a unique prefix of one")
+    runs_sub.add_parser("check", help="what the store holds and what is wrong with it (a damaged or missing "
+                                      "database, checkpoints that do not load); exit 1 when something is")
     runs_resume = runs_sub.add_parser("resume", help="continue a stopped or interrupted run from its last checkpoint")
     runs_resume.add_argument("id", help="a run id or a unique prefix of one")
     runs_resume.add_argument("--json", action="store_true", help="print the run summary as JSON")
@@ -85,29 +89,68 @@ def _with_spec_source(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     source.add_argument("--spec", type=Path, help="a spec JSON file")
     parser.add_argument("--set", dest="changes", action="append", default=[], metavar="PATH=VALUE",
                         help="change a value by its dotted path, e.g. --set model.depth=30 (repeatable)")
+    parser.add_argument("--max-data-mb", type=int, metavar="MB",
+                        help="memory one dataset may take (default: EXPLORER_MAX_DATA_MB, else 512)")
+    parser.add_argument("--max-model-mb", type=int, metavar="MB",
+                        help="memory training one model may take (default: EXPLORER_MAX_MODEL_MB, else 2048)")
     return parser
 
 
+def _apply_caps(args) -> None:
+    """--max-data-mb / --max-model-mb set EXPLORER_MAX_DATA_MB / EXPLORER_MAX_MODEL_MB for this process."""
+    import os
+
+    for flag, variable in (("max_data_mb", "EXPLORER_MAX_DATA_MB"), ("max_model_mb", "EXPLORER_MAX_MODEL_MB")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            if value < 1:
+                raise SpecError(f"--{flag.replace('_', '-')}", "must be a positive number of megabytes")
+            os.environ[variable] = str(value)
+
+
 def load_spec(preset: str | None, spec_file: Path | None, changes: list[str]) -> ExperimentSpec:
-    """The spec named on the command line, with --set changes applied."""
+    """The spec named on the command line, with --set changes applied, checked against the memory caps."""
     from explorer.papers import preset as load_preset
 
     if preset is not None:
         spec = load_preset(preset)
     else:
-        try:
-            spec = ExperimentSpec.from_json(spec_file.read_text())
-        except OSError as err:
-            raise SpecError("--spec", f"cannot read {spec_file}: {err.strerror}") from None
-        except UnicodeDecodeError:
-            raise SpecError("--spec", f"{spec_file} is not a UTF-8 text file; give a spec JSON file") from None
+        spec = ExperimentSpec.from_json(_read_spec_file(spec_file))
     values = {}
     for change in changes:
         path, sep, value = change.partition("=")
         if not sep:
             raise SpecError("--set", f"{change!r} is not PATH=VALUE; write e.g. --set model.depth=30")
         values[path.strip()] = value.strip()
-    return spec.with_values(values) if values else spec
+    spec = spec.with_values(values) if values else spec
+    from explorer.budget import check
+
+    check(spec)  # before any data or model is allocated
+    return spec
+
+
+def _read_spec_file(path: Path) -> str:
+    """The text of a spec file, refused before reading when it is not a regular file (/dev/zero, a pipe, a
+    folder) or larger than a spec can be."""
+    import stat
+
+    from explorer.spec import MAX_SPEC_BYTES
+
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecError("--spec", f"{path} is not a regular file; give a spec JSON file")
+        if info.st_size > MAX_SPEC_BYTES:
+            raise SpecError("--spec", f"{path} is {info.st_size:,} bytes, more than a spec can be "
+                                      f"({MAX_SPEC_BYTES:,}); give a spec JSON file")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_SPEC_BYTES + 1)
+    except OSError as err:
+        raise SpecError("--spec", f"cannot read {path}: {err.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError("--spec", f"{path} is not a UTF-8 text file; give a spec JSON file") from None
 
 
 def _train(args) -> int:
@@ -250,6 +293,11 @@ def _sweep(args) -> int:
 def _claims(args) -> int:
     from explorer.papers.claims import claims, run_claims
 
+    known = [c.id for c in claims(args.paper)]
+    unknown = [i for i in args.ids or [] if i not in known]
+    if unknown:
+        raise SpecError("--id", f"no claim {', '.join(map(repr, unknown))}" + (f" in {args.paper}" if args.paper else "")
+                        + f"; valid ids: {', '.join(known)}")
     total = len([c for c in claims(args.paper) if args.ids is None or c.id in args.ids])
     done = []
 
@@ -286,8 +334,12 @@ def _runs(args) -> int:
     """`explorer runs list|show|export|delete`: the run store in EXPLORER_HOME (see explorer.runs)."""
     import datetime
 
-    from explorer.runs import default_store
+    from explorer.runs import check_store, default_store
 
+    if args.runs_command == "check":  # must work on a store too damaged to open
+        facts, problems = check_store()
+        print("\n".join(facts + [f"problem     {p}" for p in problems] + ([] if problems else ["ok"])))
+        return 1 if problems else 0
     store = default_store()
 
     def when(t: float) -> str:
@@ -345,6 +397,7 @@ def _runs(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        _apply_caps(args)
         if args.command == "train":
             return _train(args)
         if args.command == "probe":
@@ -358,8 +411,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "presets":
             return _list("presets", False)
         return _list(args.kind, args.json)
-    except SpecError as err:
+    except (SpecError, StoreError) as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as err:  # the run store went bad while it was read
+        print(f"error: {damaged_database(home() / 'runs.sqlite', err)}", file=sys.stderr)
         return 2
 
 

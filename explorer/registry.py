@@ -26,6 +26,19 @@ class SpecError(ValueError):
         super().__init__(f"{path}: {message}")
 
 
+MAX_TEXT_CHARS = 4096  # longest text parameter (a path, a shortcut list)
+QUOTE_CHARS = 80  # a user's value quoted in a message is cut to this many characters
+
+
+def quote(value: Any) -> str:
+    """repr(value) for a message, cut to QUOTE_CHARS (a value may be a 5000-digit number or a huge list)."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # an int past Python's digit limit, a self-nesting list
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= QUOTE_CHARS else text[:QUOTE_CHARS - 5] + " ...' (cut)"
+
+
 # Rules accepted where a parameter takes a number *or* a depth-dependent rule (tau).
 DEPTH_RULES = ("1/L", "1/sqrt(L)", "1/L^0.25")
 
@@ -56,16 +69,18 @@ class Param:
                 return value
             if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
                 return value.lower() in ("true", "1", "yes")
-            raise SpecError(path, f"expected true or false, got {value!r}")
+            raise SpecError(path, f"expected true or false, got {quote(value)}")
         if kind == "int":
             if isinstance(value, bool):
-                raise SpecError(path, f"expected an integer, got {value!r}")
+                raise SpecError(path, f"expected an integer, got {quote(value)}")
             try:
                 as_float = float(value)
             except (TypeError, ValueError):
-                raise SpecError(path, f"expected an integer, got {value!r}") from None
+                raise SpecError(path, f"expected an integer, got {quote(value)}") from None
+            except OverflowError:  # an int too large for a float
+                as_float = math.inf
             if not math.isfinite(as_float) or as_float != int(as_float):
-                raise SpecError(path, f"expected an integer, got {value!r}")
+                raise SpecError(path, f"expected an integer, got {quote(value)}")
             return self._check_range(int(as_float), path)
         if kind == "float":
             return self._check_range(_to_float(value, path), path)
@@ -75,17 +90,19 @@ class Param:
             try:
                 number = _to_float(value, path)
             except SpecError:
-                raise SpecError(path, f"expected a number or one of {', '.join(DEPTH_RULES)}, got {value!r}") from None
+                raise SpecError(path, f"expected a number or one of {', '.join(DEPTH_RULES)}, got {quote(value)}") from None
             return self._check_range(number, path)
         if kind == "choice":
             if value not in self.choices:
-                raise SpecError(path, f"{value!r} is not valid; choose one of: {', '.join(self.choices)}")
+                raise SpecError(path, f"{quote(value)} is not valid; choose one of: {', '.join(self.choices)}")
             return value
         if kind == "str":
             if not isinstance(value, str):
-                raise SpecError(path, f"expected text, got {value!r}")
+                raise SpecError(path, f"expected text, got {quote(value)}")
+            if len(value) > MAX_TEXT_CHARS:
+                raise SpecError(path, f"is {len(value)} characters long; at most {MAX_TEXT_CHARS} are accepted")
             if self.pattern and not re.fullmatch(self.pattern, value):
-                raise SpecError(path, f"{value!r} is not valid; {self.pattern_hint}")
+                raise SpecError(path, f"{quote(value)} is not valid; {self.pattern_hint}")
             return value
         raise AssertionError(f"unknown parameter kind {kind}")
 
@@ -114,13 +131,15 @@ def _show(number: float) -> str:
 
 def _to_float(value: Any, path: str) -> float:
     if isinstance(value, bool):
-        raise SpecError(path, f"expected a number, got {value!r}")
+        raise SpecError(path, f"expected a number, got {quote(value)}")
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise SpecError(path, f"expected a number, got {value!r}") from None
+        raise SpecError(path, f"expected a number, got {quote(value)}") from None
+    except OverflowError:  # an int too large for a float
+        number = math.inf
     if not math.isfinite(number):
-        raise SpecError(path, f"must be a finite number, got {value!r}")
+        raise SpecError(path, f"must be a finite number, got {quote(value)}")
     return number
 
 
@@ -176,11 +195,13 @@ class Registry(Mapping[str, Entry]):
 
     def lookup(self, name: Any, path: str) -> Entry:
         """The entry called `name`, or a SpecError listing the valid names."""
+        if not isinstance(name, str):
+            raise SpecError(path, f"expected a name (text), got {quote(name)}; valid names: {', '.join(self._entries)}")
         if name in self._entries:
             return self._entries[name]
         hint = difflib.get_close_matches(str(name), list(self._entries), n=1)
         did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-        raise SpecError(path, f"unknown {self.kind[:-1] if self.kind.endswith('s') else self.kind} {name!r}{did_you_mean}; "
+        raise SpecError(path, f"unknown {self.kind[:-1] if self.kind.endswith('s') else self.kind} {quote(name)}{did_you_mean}; "
                               f"valid names: {', '.join(self._entries)}")
 
     def describe(self) -> dict[str, str]:

@@ -4,6 +4,10 @@ Layout, under `EXPLORER_HOME` (default ~/.explorer):
 
     runs.sqlite               runs, history rows and probe results (WAL mode)
     checkpoints/<run_id>.pt   torch.save'd state dicts, loaded back with weights_only=True
+    locks/<run_id>.lock       held (flock) by the process training that run; holds its pid and host
+
+A missing or empty runs.sqlite beside existing checkpoints is an error, never a fresh store over them;
+`check_store` (`explorer runs check`) says what is in a store and what is wrong with it.
 
 Why SQLite: many processes (a sweep, a notebook, the CLI) can write and read at once. WAL mode lets
 readers run beside a writer, `busy_timeout` makes concurrent writers wait instead of failing, and every
@@ -29,6 +33,7 @@ import sqlite3
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -48,7 +53,20 @@ class UnknownRun(SpecError):
 
 
 class StoreError(RuntimeError):
-    """The store itself is unusable here (e.g. written by a newer explorer with a newer schema)."""
+    """The store itself is unusable here (e.g. written by a newer explorer with a newer schema, or damaged)."""
+
+
+def damaged_database(db_path: Path, error: Exception) -> StoreError:
+    """The one-line error for a runs.sqlite SQLite cannot read (truncated, overwritten, not a database)."""
+    return StoreError(f"the run store {db_path} is damaged or not a run store ({error}); move it aside "
+                      f"(mv {db_path} {db_path}.broken) and run `explorer runs check` to see what is left")
+
+
+def damaged_checkpoint(path: Path, error: Exception) -> StoreError:
+    """The one-line error for a checkpoint file that does not load (its own text is not shown: torch's
+    suggests unpickling it unsafely)."""
+    return StoreError(f"the checkpoint {path} is damaged or not a checkpoint ({type(error).__name__}); move it "
+                      f"aside (mv {path} {path}.broken) or delete the run (`explorer runs delete`)")
 
 
 # ---- schema -------------------------------------------------------------------------------------
@@ -233,7 +251,11 @@ class RunStore:
         self.checkpoint_dir = self.root / "checkpoints"
         self._local = threading.local()
         self.root.mkdir(parents=True, exist_ok=True)
-        self._migrate()
+        self._refuse_to_replace_lost_runs()
+        try:
+            self._migrate()
+        except sqlite3.DatabaseError as error:
+            raise damaged_database(self.db_path, error) from None
 
     # pickling (for multiprocessing) carries the path only; connections are reopened on use
     def __getstate__(self) -> dict:
@@ -244,6 +266,19 @@ class RunStore:
 
     def __repr__(self) -> str:
         return f"RunStore({str(self.root)!r})"
+
+    def _refuse_to_replace_lost_runs(self) -> None:
+        """A missing or 0-byte runs.sqlite is created afresh only where no run was recorded before: with
+        checkpoints beside it, the runs they belong to would silently vanish."""
+        if self.db_path.exists() and self.db_path.stat().st_size > 0:
+            return
+        orphans = sorted(self.checkpoint_dir.glob("*.pt")) if self.checkpoint_dir.is_dir() else []
+        if orphans:
+            state = "is empty (0 bytes)" if self.db_path.exists() else "is missing"
+            raise StoreError(f"the run store {self.db_path} {state}, but {len(orphans)} checkpoint(s) in "
+                             f"{self.checkpoint_dir} belong to runs recorded there; restore runs.sqlite from a "
+                             "backup, or move the checkpoints folder aside to start a new store "
+                             "(`explorer runs check` shows what is there)")
 
     # ---- connections and transactions -----------------------------------------------------------
     def _conn(self) -> sqlite3.Connection:
@@ -409,7 +444,15 @@ class RunStore:
         path = self.checkpoint_path(self.resolve(run_id))
         if not path.exists():
             return None
-        return torch.load(path, map_location=map_location, weights_only=True)
+        try:
+            with warnings.catch_warnings():  # torch warns about a foreign pickle before refusing it
+                warnings.simplefilter("ignore")
+                state = torch.load(path, map_location=map_location, weights_only=True)
+        except Exception as error:  # truncated, overwritten, or a pickle that weights_only refuses
+            raise damaged_checkpoint(path, error) from None
+        if not isinstance(state, dict):
+            raise damaged_checkpoint(path, TypeError(f"holds a {type(state).__name__}, not a dict"))
+        return state
 
     def delete(self, run_id: str) -> str:
         """Remove a run's rows and its checkpoint file; returns the full id."""
@@ -419,6 +462,7 @@ class RunStore:
                 tx.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             tx.execute("DELETE FROM runs WHERE id = ?", (run_id,))
         self.checkpoint_path(run_id).unlink(missing_ok=True)
+        (self.root / "locks" / f"{run_id}.lock").unlink(missing_ok=True)
         return run_id
 
     # ---- reading --------------------------------------------------------------------------------
@@ -536,9 +580,128 @@ class RunStore:
         return path
 
 
+def check_store(root: str | os.PathLike | None = None) -> tuple[list[str], list[str]]:
+    """(facts, problems) about the store under `root` (default EXPLORER_HOME), read without changing it:
+    whether runs.sqlite is there, sound and of a known schema, how many runs it holds, checkpoints that
+    belong to no run or do not load, and runs marked running that no process is training."""
+    import torch
+
+    root = Path(root).expanduser() if root is not None else home()
+    db, checkpoints = root / "runs.sqlite", root / "checkpoints"
+    facts, problems = [f"store       {root}"], []
+    files = sorted(checkpoints.glob("*.pt")) if checkpoints.is_dir() else []
+    ids: set[str] | None = None  # None: the database could not be read
+    running: list[str] = []
+    if not db.exists() or db.stat().st_size == 0:
+        state = "missing" if not db.exists() else "empty (0 bytes)"
+        (problems if files else facts).append(f"{db} is {state}" + (f", but {len(files)} checkpoint(s) are in "
+                                              f"{checkpoints}: restore runs.sqlite from a backup" if files else ""))
+    else:
+        try:
+            conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+            try:
+                verdict = conn.execute("PRAGMA integrity_check").fetchone()[0]
+                version = RunStore._version(conn)
+                ids = {row[0] for row in conn.execute("SELECT id FROM runs")}
+                running = [row[0] for row in conn.execute("SELECT id FROM runs WHERE status = 'running'")]
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as error:
+            problems.append(str(damaged_database(db, error)))
+        else:
+            facts.append(f"database    {db}: {len(ids)} run(s), schema version {version}")
+            if verdict != "ok":
+                problems.append(f"{db} fails SQLite's integrity check ({verdict}); copy what `explorer runs list` "
+                                "still shows, then move it aside")
+            if version > schema_version():
+                problems.append(f"{db} has schema version {version}; upgrade explorer to read it")
+    for path in files:
+        run_id = path.stem
+        if ids is not None and run_id not in ids:
+            problems.append(f"{path} belongs to no recorded run; move it aside or delete it")
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                state = torch.load(path, map_location="cpu", weights_only=True)
+            if not isinstance(state, dict):
+                raise TypeError(type(state).__name__)
+        except Exception as error:
+            problems.append(str(damaged_checkpoint(path, error)))
+    facts.append(f"checkpoints {len(files)} in {checkpoints}")
+    store = _Unopened(root)
+    for run_id in running:
+        if RunLock(store, run_id).held_elsewhere() is None:
+            facts.append(f"run {run_id[:12]} is marked running but no process trains it: "
+                         f"`explorer runs resume {run_id[:12]}` continues it")
+    return facts, problems
+
+
+class _Unopened:
+    """Just the `root` a RunLock needs, without opening (or creating) the database."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+
 def default_store() -> RunStore:
     """The store in EXPLORER_HOME (default ~/.explorer), created on first use."""
     return RunStore()
+
+
+# ---- one writer per run -------------------------------------------------------------------------
+
+class RunLock:
+    """An exclusive claim on one run while a process trains it: an flock on locks/<run_id>.lock (released by
+    the system when the process ends, even by kill -9), with the holder's pid and host written inside for
+    the message another writer gets."""
+
+    def __init__(self, store: RunStore, run_id: str):
+        self.path = store.root / "locks" / f"{run_id}.lock"
+        self.run_id = run_id
+        self._handle = None
+
+    def acquire(self) -> RunLock:
+        import fcntl
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise RunBusy(self.run_id, holder) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"process {os.getpid()} on {socket.gethostname()}")
+        handle.flush()
+        self._handle = handle
+        return self
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()  # closing drops the flock
+            self._handle = None
+
+    def held_elsewhere(self) -> str | None:
+        """Who holds this run's lock now (pid and host), or None when nobody does."""
+        try:
+            self.acquire()
+        except RunBusy as busy:
+            return busy.holder
+        self.release()
+        return None
+
+
+class RunBusy(SpecError):
+    """A run another process (or another job) is training: a second writer is refused."""
+
+    def __init__(self, run_id: str, holder: str):
+        self.holder = holder
+        super().__init__("run", f"run {run_id[:8]} is being trained by {holder}; wait for it to end or stop it "
+                                "there, then resume")
 
 
 # ---- trainer listener ---------------------------------------------------------------------------
@@ -562,6 +725,7 @@ class StoreRecorder:
         self.resume = resume
         self.run_id: str | None = None
         self._steps: set[int] = set()
+        self._lock: RunLock | None = None
 
     def __call__(self, event) -> None:
         run = event.run
@@ -569,10 +733,12 @@ class StoreRecorder:
             self._steps = {row["step"] for row in run.history}
             if self.resume is not None:
                 self.run_id = self.resume
+                self._lock = RunLock(self.store, self.run_id).acquire()
                 self.store.set_status(self.run_id, "running", environment=environment(run.device))
             else:
                 self.run_id = self.store.create(run.spec, self.label, status="running",
                                                 environment=environment(run.device), parent=self.parent)
+                self._lock = RunLock(self.store, self.run_id).acquire()
         elif event.kind == "log":
             self.store.append_history(self.run_id, [event.metrics])
             self._steps.add(event.step)
@@ -588,6 +754,13 @@ class StoreRecorder:
             self._checkpoint(run)
             self.store.set_status(self.run_id, run.status, steps_done=run.steps_done, diverged_at=run.diverged_at,
                                   wall_time=run.wall_time, final=run.final)
+            self.release()
+
+    def release(self) -> None:
+        """Let another process write into this run (done at "end"; call it when training raised)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _checkpoint(self, run) -> None:
         self.store.save_checkpoint(self.run_id, run.checkpoint())
@@ -602,11 +775,14 @@ def resume(run_id: str, store: RunStore | None = None, callbacks=None, stop=None
     Its history goes on where the checkpoint left it; on CPU the result equals a run that never stopped.
     A run killed mid-way resumes from its last periodic checkpoint (record with `checkpoint_every`).
     """
-    from explorer.train import train
+    from explorer.train import CheckpointMismatch, train
 
     store = store if store is not None else default_store()
     run_id = store.resolve(run_id)
     record = store.get(run_id, arrays=False)
+    holder = RunLock(store, run_id).held_elsewhere()
+    if holder is not None:
+        raise RunBusy(run_id, holder)
     if record["status"] not in RESUMABLE:
         raise SpecError("run", f"run {run_id[:8]} is {record['status']}; only a stopped or interrupted (running) run "
                                "can resume; start a new run to train further")
@@ -615,4 +791,9 @@ def resume(run_id: str, store: RunStore | None = None, callbacks=None, stop=None
         raise SpecError("run", f"run {run_id[:8]} has no training checkpoint to resume from; record runs with "
                                "StoreRecorder (checkpoint_every=N for runs that may be killed)")
     recorder = StoreRecorder(store, checkpoint_every=checkpoint_every, resume=run_id)
-    return train(store.spec(run_id), callbacks=[recorder, *(callbacks or [])], stop=stop, resume_from=state)
+    try:
+        return train(store.spec(run_id), callbacks=[recorder, *(callbacks or [])], stop=stop, resume_from=state)
+    except CheckpointMismatch as error:
+        raise damaged_checkpoint(store.checkpoint_path(run_id), error) from None
+    finally:
+        recorder.release()

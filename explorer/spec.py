@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from explorer import catalog
-from explorer.registry import Entry, Param, Registry, SpecError
+from explorer.registry import Entry, Param, Registry, SpecError, quote
 
 # section -> registry kind
 SECTION_KINDS = {
@@ -29,6 +29,7 @@ SECTION_KINDS = {
     "optim": "optimizers",
 }
 SECTIONS = (*SECTION_KINDS, "train")
+MAX_SPEC_BYTES = 1_000_000  # a spec's JSON text: a real one is under 2 KB
 
 TRAIN_PARAMS: tuple[Param, ...] = (
     Param("steps", "int", 200, "number of optimizer updates", low=1, high=10_000_000),
@@ -73,7 +74,7 @@ class Section:
 
 def _build_section(section: str, raw: Mapping[str, Any]) -> Section:
     if not isinstance(raw, Mapping):
-        raise SpecError(section, f"expected an object of parameters, got {raw!r}")
+        raise SpecError(section, f"expected an object of parameters, got {quote(raw)}")
     values = dict(raw)
     if section == "train":
         name, params = None, TRAIN_PARAMS
@@ -85,10 +86,10 @@ def _build_section(section: str, raw: Mapping[str, Any]) -> Section:
     known = {p.name: p for p in params}
     for key in values:
         if key not in known:
-            hint = difflib.get_close_matches(key, list(known), n=1)
+            hint = difflib.get_close_matches(str(key), list(known), n=1)
             did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
             owner = f"{section} {name!r}" if name else section
-            raise SpecError(f"{section}.{key}", f"unknown parameter for {owner}{did_you_mean}; "
+            raise SpecError(f"{section}.{str(key)[:80]}", f"unknown parameter for {owner}{did_you_mean}; "
                                                 f"valid parameters: {', '.join(known) or 'none'}")
     complete = {p.name: p.coerce(values.get(p.name, p.default), f"{section}.{p.name}") for p in params}
     return Section(name, complete)
@@ -109,10 +110,12 @@ class ExperimentSpec:
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any] | None = None) -> ExperimentSpec:
         """Validate a nested dict (missing sections and parameters take their defaults)."""
+        if raw is not None and not isinstance(raw, Mapping):
+            raise SpecError("spec", f"expected an object with sections {', '.join(SECTIONS)}, got {quote(raw)}")
         raw = dict(raw or {})
         for key in raw:
             if key not in SECTIONS:
-                raise SpecError(key, f"unknown section; valid sections: {', '.join(SECTIONS)}")
+                raise SpecError(str(key)[:80], f"unknown section; valid sections: {', '.join(SECTIONS)}")
         sections = {s: _build_section(s, raw.get(s, {})) for s in SECTIONS}
         spec = cls(**sections)
         spec._check_combination()
@@ -129,11 +132,20 @@ class ExperimentSpec:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_json(cls, text: str) -> ExperimentSpec:
+    def from_json(cls, text: str | bytes) -> ExperimentSpec:
+        """Parse and validate a spec's JSON text (at most MAX_SPEC_BYTES; numbers, nesting and types checked)."""
+        if len(text) > MAX_SPEC_BYTES:
+            raise SpecError("spec", f"the spec is {len(text):,} characters long, more than the {MAX_SPEC_BYTES:,} "
+                                    "accepted; a spec file is a small JSON object (see `explorer train --help`)")
         try:
             raw = json.loads(text)
         except json.JSONDecodeError as err:
             raise SpecError("spec", f"not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
+        except RecursionError:
+            raise SpecError("spec", "the JSON is nested too deeply; a spec is an object of sections holding "
+                                    "parameter values") from None
+        except (ValueError, UnicodeDecodeError) as err:  # e.g. an integer with more than 4300 digits
+            raise SpecError("spec", f"not a valid spec JSON ({str(err)[:120]})") from None
         if not isinstance(raw, dict):
             raise SpecError("spec", "a spec file must hold a JSON object with sections data, model, ...")
         return cls.from_dict(raw)
@@ -147,10 +159,13 @@ class ExperimentSpec:
         entry's defaults, except those also given in `changes`.
         """
         raw = self.to_dict()
+        for path in changes:
+            if not isinstance(path, str):
+                raise SpecError(quote(path), "a change is named by a dotted path such as model.depth")
         for path, value in changes.items():
             section, _, key = path.partition(".")
             if section not in SECTIONS or not key:
-                raise SpecError(path, f"expected section.parameter with a section among {', '.join(SECTIONS)}")
+                raise SpecError(path[:80], f"expected section.parameter with a section among {', '.join(SECTIONS)}")
             if key == "name":
                 if section == "train":
                     raise SpecError(path, "the train section has no name")

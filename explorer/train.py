@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from explorer import budget
 from explorer.data import Dataset, build_dataset, loss_function
 from explorer.init import initialize
 from explorer.nn.models import build_model
@@ -103,7 +104,9 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build(spec: ExperimentSpec, device: str | torch.device | None = None) -> tuple[nn.Module, Dataset]:
-    """The initialised model and its dataset, both on the spec's device (or `device`)."""
+    """The initialised model and its dataset, both on the spec's device (or `device`); SpecError first when
+    they would take more memory than EXPLORER_MAX_DATA_MB / EXPLORER_MAX_MODEL_MB allow (explorer.budget)."""
+    budget.check(spec)
     target = resolve_device(spec.train.device) if device is None else torch.device(device)
     data = build_dataset(spec.data)
     model = build_model(spec, data.dims)
@@ -293,16 +296,27 @@ def train(
     return run
 
 
+class CheckpointMismatch(ValueError):
+    """A checkpoint that loads but does not fit the run it should resume (missing parts, other shapes)."""
+
+
 def _restore(state: dict[str, Any], run: Run, model, optimizer, schedule, batches: _Batches, losses) -> tuple[int, int]:
     """Load a Run.checkpoint() into a freshly built run; (step to continue from, losses known sane)."""
-    step = int(state["step"])
+    try:
+        step = int(state["step"])
+    except (KeyError, TypeError, ValueError) as error:
+        raise CheckpointMismatch(f"no training step in it ({type(error).__name__})") from None
     if step > len(losses) - 1:
         raise SpecError("train.steps", f"the checkpoint is at step {step}, beyond this spec's {len(losses) - 1} steps")
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    schedule.load_state_dict(state["schedule"])
-    batches.load_state(state["batches"])
-    losses[:step] = state["losses"].to(losses.device)
-    run.history = [dict(row) for row in state["history"]]
+    try:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        schedule.load_state_dict(state["schedule"])
+        batches.load_state(state["batches"])
+        losses[:step] = state["losses"].to(losses.device)
+        run.history = [dict(row) for row in state["history"]]
+        checked = int(state["checked"])
+    except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as error:
+        raise CheckpointMismatch(f"it does not fit this run: {type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}") from None
     run.steps_done = step
-    return step, int(state["checked"])
+    return step, checked

@@ -15,7 +15,10 @@ def explorer_home(tmp_path_factory, monkeypatch):
     """Every test records runs into its own store, never the user's (~/.explorer)."""
     path = tmp_path_factory.mktemp("explorer-home")
     monkeypatch.setenv("EXPLORER_HOME", str(path))
-    return path
+    yield path
+    from explorer.data.files import restrict_reads
+
+    restrict_reads(None)  # an app test (AppTest runs the server's script in this process) restricts reads
 
 
 @pytest.fixture
@@ -61,3 +64,11 @@ def plotly_array(values) -> "np.ndarray":
         return array
     return np.array([[np.nan if v is None else v for v in row] if isinstance(row, list) else
                      (np.nan if row is None else row) for row in values], dtype=float)
+
+
+def plain(markdown: str) -> str:
+    """An element's markdown body as the reader sees it: the app escapes user-supplied text (backslashes
+    before punctuation, invisible word joiners inside would-be autolinks)."""
+    import re
+
+    return re.sub(r"\\(.)", r"\1", markdown).replace("\u2060", "")

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import urllib.parse
 import sys
 from pathlib import Path
 
@@ -81,4 +82,24 @@ def test_a_bad_combination_shows_the_message_and_disables_train(app):
     page.get_by_text(expected.value.message[:60]).first.wait_for(timeout=30_000)
     page.wait_for_function("() => Array.from(document.querySelectorAll('.st-key-train-start button'))"
                            ".every(button => button.disabled)", timeout=30_000)
+    assert browsing.exceptions(page) == 0
+
+
+@pytest.mark.parametrize("query", ["model=[Session expired - log in again](http://example.invalid/login)",
+                                   "model=![x](http://example.invalid/a.png)",
+                                   "![x](http://example.invalid/a.png)=1"])
+def test_a_hostile_link_renders_as_text(app, query):
+    """Issue 16 item 4: markdown in a link's value or key name is shown literally, with no link or image
+    pointing at its host, and the browser fetches nothing from it."""
+    base, page, _ = app
+    fetched = []
+    page.on("request", lambda request: fetched.append(request.url)
+            if urllib.parse.urlparse(request.url).hostname == "example.invalid" else None)
+    page.goto(f"{base}/?{urllib.parse.quote(query, safe='=&')}")
+    browsing.wait_ready(page)
+    page.get_by_text("This link's experiment is not valid").first.wait_for(timeout=30_000)
+    assert page.locator('a[href*="example.invalid"]').count() == 0
+    assert page.locator('img[src*="example.invalid"]').count() == 0
+    assert page.get_by_text("example.invalid").count() >= 1  # the value is quoted, as text
+    assert fetched == []
     assert browsing.exceptions(page) == 0

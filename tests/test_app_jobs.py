@@ -96,14 +96,34 @@ def test_parameter_caps_count_the_real_model():
 
 
 def test_data_files_are_read_only_from_the_data_folders(tmp_path, monkeypatch):
-    caps = limits.limits()
-    outside = tmp_path / "corpus.txt"
-    outside.write_text("hello world, " * 1000)
-    spec = explorer.ExperimentSpec.default().with_values({"data.name": "text", "data.path": str(outside), "model.name": "gpt"})
-    with pytest.raises(explorer.SpecError, match="data.path: the app reads data only from"):
-        limits.check_spec(spec, caps)
-    monkeypatch.setenv("EXPLORER_DATA_DIR", str(tmp_path))
-    limits.check_spec(spec, caps)
+    """Issue 16 item 5: with the server's restriction on, a path outside EXPLORER_DATA_DIR is refused before
+    it is read or looked up: one message whether the file exists or not (no size, no existence)."""
+    data_dir, outside = tmp_path / "data", tmp_path / "private"
+    data_dir.mkdir(), outside.mkdir()
+    (outside / "secret.txt").write_text("hello world, " * 1000)
+    (data_dir / "corpus.txt").write_text("hello world, " * 1000)
+    (data_dir / "link.txt").symlink_to(outside / "secret.txt")  # a link inside must not lead outside
+    monkeypatch.setenv("EXPLORER_DATA_DIR", str(data_dir))
+    limits.restrict_data_reads()
+    opened = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda file, *a, **k: (opened.append(str(file)), real_open(file, *a, **k))[1])
+
+    def refusal(path) -> str:
+        with pytest.raises(explorer.SpecError) as refused:
+            explorer.ExperimentSpec.default().with_values({"data.name": "text", "data.path": str(path), "model.name": "gpt"})
+        assert refused.value.path == "data.path"
+        return refused.value.message
+
+    messages = {refusal(outside / "secret.txt"), refusal(outside / "missing.txt"), refusal(data_dir / "link.txt"),
+                refusal("/etc/passwd"), refusal("~/../../etc/shadow"), refusal(data_dir / ".." / "private" / "secret.txt")}
+    assert len(messages) == 1, messages
+    [message] = messages
+    assert "EXPLORER_DATA_DIR" in message and "characters" not in message and "exist" not in message
+    assert not [path for path in opened if "private" in path or path.startswith("/etc")]
+    spec = explorer.ExperimentSpec.default().with_values(
+        {"data.name": "text", "data.path": str(data_dir / "corpus.txt"), "model.name": "gpt"})
+    assert explorer.build(spec, device="cpu")[1].n_train > 0
 
 
 def test_jobs_share_the_cores_without_oversubscribing(monkeypatch):

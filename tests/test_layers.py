@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
 LAYERS = (
     ("explorer.registry", "explorer.spec", "explorer.catalog", "explorer.version"),
     ("explorer.data", "explorer.nn", "explorer.topology", "explorer.init", "explorer.init_schemes", "explorer.optim",
-     "explorer.combinations"),
+     "explorer.combinations", "explorer.budget"),
     ("explorer.train", "explorer.probes", "explorer.plots", "explorer.theory"),
     ("explorer.papers", "explorer.runs", "explorer.sweeps", "explorer.batched"),
     ("explorer.cli", "explorer"),  # the command line and the public facade (explorer/__init__.py)

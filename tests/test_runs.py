@@ -538,6 +538,9 @@ def test_a_run_killed_mid_way_resumes_from_its_last_periodic_checkpoint(store):
         explorer.train(spec, callbacks=[recorder, crash])
     assert store.get(recorder.run_id)["status"] == "running"  # interrupted: never marked finished
     assert store.load_checkpoint(recorder.run_id)["step"] == 10
+    with pytest.raises(runs.RunBusy):  # this process still holds the run, as if it were training on
+        runs.resume(recorder.run_id, store)
+    recorder.release()  # what the system does when the crashed process goes away
     resumed = runs.resume(recorder.run_id, store)
     assert _losses(resumed.history) == _losses(whole.history)
 

@@ -5,6 +5,9 @@ EXPLORER_MAX_STEPS     most optimizer steps one run may ask for
 EXPLORER_MAX_PARAMS    most parameters one model may have
 EXPLORER_MAX_UPLOAD_KB largest spec JSON or text file a user may upload
 EXPLORER_DATA_DIR      the only folder dataset files (MNIST, CIFAR, text) are read from (default EXPLORER_HOME/data)
+EXPLORER_MAX_JOBS_PER_SESSION  active jobs one browser session may have (a Compare grid counts each run)
+EXPLORER_SESSION_GRACE_S       seconds after a session ends (tab closed) before its jobs are stopped
+EXPLORER_ADMIN_TOKEN   when set, /admin?token=... lists every job on the server and can stop any
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from explorer import budget
+from explorer.data.files import restrict_reads
 from explorer.nn.models import parameter_count
 from explorer.registry import SpecError
 from explorer.runs import home
@@ -27,6 +32,8 @@ VARIABLES = {
     "EXPLORER_MAX_STEPS": ("max_steps", 20_000, "most optimizer steps one run may ask for"),
     "EXPLORER_MAX_PARAMS": ("max_params", 5_000_000, "most parameters one model may have"),
     "EXPLORER_MAX_UPLOAD_KB": ("max_upload_kb", 2048, "largest spec JSON or text file a user may upload (KiB)"),
+    "EXPLORER_MAX_JOBS_PER_SESSION": ("max_jobs_per_session", 4, "active jobs one browser session may have"),
+    "EXPLORER_SESSION_GRACE_S": ("session_grace_s", 60, "seconds a closed session's jobs go on before they stop"),
 }
 
 
@@ -36,6 +43,8 @@ class Limits:
     max_steps: int
     max_params: int
     max_upload_kb: int
+    max_jobs_per_session: int
+    session_grace_s: int
 
     @property
     def max_upload_bytes(self) -> int:
@@ -67,19 +76,18 @@ def data_roots() -> list[Path]:
     return [root, (home() / "uploads").resolve()]
 
 
+def restrict_data_reads() -> None:
+    """Let this server read dataset files only from `data_roots()`; checked before any file is touched."""
+    restrict_reads(data_roots())
+
+
 def check_spec(spec, caps: Limits) -> None:
-    """Raise SpecError (naming the field) when the spec asks for more than this server allows or names a
-    file outside the data folders."""
-    path = spec.data.params.get("path")
-    if path:
-        resolved = Path(path).expanduser().resolve()
-        roots = data_roots()
-        if not any(resolved == root or root in resolved.parents for root in roots):
-            raise SpecError("data.path", f"the app reads data only from {roots[0]} (set EXPLORER_DATA_DIR to "
-                                         f"change it) or from uploads; move the files there or upload the text")
+    """Raise SpecError (naming the field) when the spec asks for more than this server allows. (A data.path
+    outside the data folders is refused earlier, while the spec is validated: see `restrict_data_reads`.)"""
     if spec.train.steps > caps.max_steps:
         raise SpecError("train.steps", f"this server allows at most {caps.max_steps} steps per run "
                                        f"(EXPLORER_MAX_STEPS); set train.steps to {caps.max_steps} or fewer")
+    budget.check(spec)  # the memory its data and its training would take (EXPLORER_MAX_DATA_MB, _MODEL_MB)
     count = parameter_count(spec)
     if count > caps.max_params:
         raise SpecError("model.width", f"this model has {count:,} parameters, above this server's cap of "

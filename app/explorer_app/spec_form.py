@@ -19,6 +19,7 @@ import streamlit as st
 import explorer
 from explorer.registry import DEPTH_RULES, Param, SpecError
 from explorer.spec import SECTION_KINDS, SECTIONS, TRAIN_PARAMS, ExperimentSpec
+from explorer_app import messages
 
 SECTION_TITLES = {"data": "Data", "model": "Architecture", "topology": "Residual topology", "init": "Initialisation",
                   "optim": "Optimizer", "train": "Training"}
@@ -42,7 +43,7 @@ class Form:
         path = self.error.path
         section = path.split(".")[0]
         slot = self.slots.get(path) or self.slots.get(f"{section}.name") or self.slots["top"]
-        slot.error(f"**{path}**: {self.error.message}", icon=":material/error:")
+        slot.error(messages.spec_error(self.error), icon=":material/error:")
 
 
 def widget_key(section: str, entry: str | None, name: str) -> str:

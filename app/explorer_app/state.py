@@ -2,22 +2,45 @@
 
 from __future__ import annotations
 
-import threading
 import urllib.parse
 
 import streamlit as st
 
 import explorer
 from explorer.runs import home
-from explorer_app.jobs import Job, JobQueue
+from explorer_app.jobs import Job, JobQueue, SessionLimit  # noqa: F401  (SessionLimit: for the pages)
 from explorer_app.limits import limits
 
 TRAIN_PAGE = "views/train.py"  # relative to app/streamlit_app.py, as st.switch_page wants
 
 
 def job_queue() -> JobQueue:
-    """One queue for the whole server: EXPLORER_MAX_JOBS trainings at once, the rest wait."""
-    return _job_queue(limits().max_jobs, str(home()))
+    """One queue for the whole server: EXPLORER_MAX_JOBS trainings at once, the rest wait; each session at
+    most EXPLORER_MAX_JOBS_PER_SESSION, stopped EXPLORER_SESSION_GRACE_S seconds after the session ends."""
+    caps = limits()
+    return _job_queue(caps.max_jobs, str(home()), caps.max_jobs_per_session, caps.session_grace_s)
+
+
+def session_id() -> str | None:
+    """This browser session's id (None outside a Streamlit script run)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else None
+
+
+def session_alive(session: str) -> bool:
+    """Whether a browser session is still connected (True when there is no server to ask, as in AppTest)."""
+    from streamlit.runtime import Runtime
+
+    return not Runtime.exists() or Runtime.instance().is_active_session(session)
+
+
+def submit(spec, label: str, **options) -> Job:
+    """Queue a run for this session (SessionLimit when it already has its share of active jobs)."""
+    job = job_queue().submit(spec, label, session=session_id(), **options)
+    add_job(job)
+    return job
 
 
 def store() -> explorer.RunStore:
@@ -27,8 +50,8 @@ def store() -> explorer.RunStore:
 
 # Keyed by the settings, so a changed EXPLORER_HOME (each test has its own) gets its own store and queue.
 @st.cache_resource(show_spinner=False)
-def _job_queue(max_jobs: int, root: str) -> JobQueue:
-    return JobQueue(max_jobs, store=_store(root))
+def _job_queue(max_jobs: int, root: str, per_session: int, grace_s: int) -> JobQueue:
+    return JobQueue(max_jobs, store=_store(root), max_per_session=per_session, alive=session_alive, grace_s=grace_s)
 
 
 @st.cache_resource(show_spinner=False)
@@ -70,27 +93,3 @@ def train_page_params(spec) -> dict[str, str]:
 def open_in_train(spec) -> None:
     """Switch to the Train page with `spec` loaded (e.g. a paper's preset)."""
     st.switch_page(TRAIN_PAGE, query_params=train_page_params(spec))
-
-
-def warm_up(spec) -> None:
-    """Build `spec`'s data and model and run a probe once, in the background, so the first click on Train
-    does not pay for loading the dataset and torch's first-call set-up (about 2 s on a laptop CPU).
-    Once per dataset per server process."""
-    key = repr(sorted(spec.data.to_dict().items()))
-    with _WARM_LOCK:
-        if key in _WARMED:
-            return
-        _WARMED.add(key)
-    threading.Thread(target=_build_and_probe, args=(spec,), name="explorer-warm-up", daemon=True).start()
-
-
-def _build_and_probe(spec) -> None:
-    try:
-        model, data = explorer.build(spec, device="cpu")
-        explorer.probe(model, data.x_val[:2], "jacobian")
-    except Exception:  # a warm-up only saves time; the real run reports any problem
-        pass
-
-
-_WARM_LOCK = threading.Lock()
-_WARMED: set[str] = set()

@@ -16,6 +16,7 @@ import explorer
 from explorer.registry import SpecError
 from explorer.runs import home
 from explorer_app import spec_form
+from explorer_app.messages import escape, spec_error
 from explorer_app.limits import Limits
 
 
@@ -26,7 +27,7 @@ def uploads_dir() -> Path:
 def _too_big(file, data: bytes, caps: Limits, what: str) -> str | None:
     if len(data) <= caps.max_upload_bytes:
         return None
-    return (f"{what}: {file.name} is {len(data) / 1024:.0f} KiB, above this server's limit of {caps.max_upload_kb} KiB "
+    return (f"{what}: {escape(file.name)} is {len(data) / 1024:.0f} KiB, above this server's limit of {caps.max_upload_kb} KiB "
             "(EXPLORER_MAX_UPLOAD_KB); upload a smaller file.")
 
 
@@ -46,10 +47,10 @@ def spec_uploader(caps: Limits, key: str):
         text = data.decode("utf-8")
         return explorer.ExperimentSpec.from_json(text)
     except UnicodeDecodeError:
-        st.error(f"spec upload: {file.name} is not UTF-8 text; upload the JSON file the app or CLI saved.",
+        st.error(f"spec upload: {escape(file.name)} is not UTF-8 text; upload the JSON file the app or CLI saved.",
                  icon=":material/error:")
     except SpecError as error:
-        st.error(f"spec upload: **{error.path}**: {error.message}", icon=":material/error:")
+        st.error(f"spec upload: {spec_error(error)}", icon=":material/error:")
     return None
 
 
@@ -78,7 +79,7 @@ def _store_text(caps: Limits, key: str) -> None:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as error:
-        st.session_state[f"{key}:error"] = (f"text upload: {file.name} is not UTF-8 text (byte {error.start}); "
+        st.session_state[f"{key}:error"] = (f"text upload: {escape(file.name)} is not UTF-8 text (byte {error.start}); "
                                             "save it as UTF-8 and upload it again.")
         return
     path = uploads_dir() / f"{hashlib.sha256(data).hexdigest()[:16]}.txt"

@@ -13,7 +13,7 @@ import explorer
 from explorer import plots
 from explorer.registry import DEPTH_RULES, SpecError
 from explorer.sweeps import trials
-from explorer_app import figures, limits, state
+from explorer_app import figures, limits, messages, state
 
 REFRESH_S = 0.5  # live grid refresh period while a job is active
 MAX_RUNS = 12  # most runs one grid launches, and most runs compared at once
@@ -137,7 +137,7 @@ def plan_probes(spec) -> tuple[dict[str, dict], list[str]]:
             explorer.probe(model, inputs[:1], name, **LIVE_PROBES[name])
             probes[name] = LIVE_PROBES[name]
         except SpecError as error:  # e.g. a stream too large for the Jacobian on a CPU
-            notes.append(f"No {what}: {error.message}")
+            notes.append(f"No {what}: {messages.escape(error.message)}")
     return probes, notes
 
 
@@ -147,15 +147,18 @@ def launch(items: list[tuple[str, object]]) -> None:
         with st.spinner("Preparing the grid..."):
             probes, notes = plan_probes(items[0][1])
     except Exception as error:  # a model or dataset that cannot be built is a message; the app goes on
-        st.error(f"Could not build the grid's model: {type(error).__name__}: {error}", icon=":material/error:")
+        st.error(f"Could not build the grid's model: {messages.failure(error)}", icon=":material/error:")
         return
     number = st.session_state.get("compare-grids", 0) + 1
-    jobs = []
-    for label, spec in items:
-        job = state.job_queue().submit(spec, f"grid {number}: {label}", probes=probes,
-                                       probe_every=max(spec.train.steps // 4, 1))
-        state.add_job(job)
-        jobs.append(job)
+    share = caps.max_jobs_per_session - len(state.job_queue().active_jobs(state.session_id()))
+    if len(items) > share:
+        st.error(f"This grid has {len(items)} runs but this session may start only {max(share, 0)} more now: one "
+                 f"session may have at most {caps.max_jobs_per_session} runs training or waiting on this server "
+                 "(EXPLORER_MAX_JOBS_PER_SESSION). Make the grid smaller, or wait for your runs to end.",
+                 icon=":material/error:")
+        return
+    jobs = [state.submit(spec, f"grid {number}: {label}", probes=probes, probe_every=max(spec.train.steps // 4, 1))
+            for label, spec in items]
     st.session_state["compare-grids"] = number
     st.session_state["compare-grid"] = {"number": number, "jobs": jobs, "notes": notes, "selected": False}
 
@@ -182,14 +185,17 @@ size = grid_size(grid_values, seeds)
 items = None
 if size == 0:
     st.info("Pick at least one value on each axis.", icon=":material/info:")
-elif size > MAX_RUNS:
-    st.error(f"This grid has {size} runs; a grid may launch at most {MAX_RUNS}. Remove some values or seeds.",
+elif size > min(MAX_RUNS, caps.max_jobs_per_session):
+    most, why = (MAX_RUNS, "a grid may launch") if MAX_RUNS <= caps.max_jobs_per_session else \
+        (caps.max_jobs_per_session, "one session may have this many runs training or waiting on this server "
+                                    "(EXPLORER_MAX_JOBS_PER_SESSION), and")
+    st.error(f"This grid has {size} runs; {why} at most {most}. Remove some values or seeds.",
              icon=":material/error:")
 else:
     try:
         items = expand(kind, base, grid_values, seeds, steps)
     except SpecError as error:
-        st.error(f"**{error.path}**: {error.message}", icon=":material/error:")
+        st.error(messages.spec_error(error), icon=":material/error:")
 busy = grid_active()
 if st.button(f"Launch {size} run{'s' * (size != 1)}", type="primary", key="compare-launch",
              icon=":material/play_arrow:", disabled=items is None or busy,
@@ -226,7 +232,7 @@ def grid_view() -> None:
                                                                             format="%.0f%%")})
     for view in views:
         if view.status == "error":
-            st.error(f"{view.label} failed: {view.error}", icon=":material/error:")
+            st.error(f"{messages.escape(view.label)} failed: {messages.escape(view.error)}", icon=":material/error:")
     curves = [view.as_run() for view in views if view.history]
     if curves:
         colors = plots.run_colors([view.label for view in views])
@@ -362,7 +368,7 @@ def show_heatmaps(records: list[dict], labels: list[str], results: list[dict], b
                 coefficients = found["coefficients"]
                 if isinstance(coefficients, str) or basis not in coefficients[1]:
                     why = coefficients if isinstance(coefficients, str) else f"no {basis} basis recorded"
-                    st.caption(f"**{label}**: no coefficient heatmap: {why}.")
+                    st.caption(f"**{messages.escape(label)}**: no coefficient heatmap: {messages.escape(why)}.")
                     continue
                 step, result = coefficients
                 fig = plots.coefficient_heatmap(result[basis], f"{label}: {basis} at step {step}",
@@ -380,7 +386,7 @@ def show_spectra(labels: list[str], results: list[dict], colors: dict[str, str])
                             colors=colors)
         figures.show(fig, key="compare-spectra", name="jacobian-spectra")
     if left_out:
-        st.caption("No Jacobian spectrum for " + "; ".join(left_out) + ".")
+        st.caption("No Jacobian spectrum for " + messages.escape("; ".join(left_out)) + ".")
 
 
 def compare_view() -> None:
@@ -402,7 +408,7 @@ def compare_view() -> None:
     colors = plots.run_colors(labels)
     st.dataframe([summary_row(label, record) for label, record in zip(labels, records)], hide_index=True,
                  key="compare-table")
-    diverged = [f"**{label}** at step {record['diverged_at']}" for label, record in zip(labels, records)
+    diverged = [f"**{messages.escape(label)}** at step {record['diverged_at']}" for label, record in zip(labels, records)
                 if record["status"] == "diverged"]
     if diverged:
         st.info("Diverged (marked x on the curves; a result, not an error): " + ", ".join(diverged) + ".",

@@ -13,7 +13,8 @@ import explorer
 from explorer import plots
 from explorer.probes import validation_tensors
 from explorer.registry import SpecError
-from explorer_app import figures, spec_form, state
+from explorer.runs import StoreError
+from explorer_app import figures, messages, spec_form, state
 
 PROBES = explorer.registry("probes")
 
@@ -72,29 +73,39 @@ for name in chosen:
         with st.expander(f"{name} options"):
             options[name] = {p.name: spec_form.param_widget(p, f"inside-opt:{name}.{p.name}") for p in params}
 
-if st.button("Probe", type="primary", key="inside-run-probes", icon=":material/biotech:", disabled=not chosen):
-    weights = load_weights(run_id)
+def probe_now(run_id: str) -> dict:
+    """Probe the run's weights with the chosen probes: {"run", "step", "results", "errors"}, or {"run", "error"}."""
+    try:
+        weights = load_weights(run_id)
+    except StoreError as damaged:  # a damaged checkpoint file: which one and what to do, on one line
+        return {"run": run_id, "error": messages.escape(damaged)}
     if weights is None:
-        st.session_state["inside-results"] = {"run": run_id, "error": "this run has no saved weights yet (it is "
-                                              "queued, or was recorded without a checkpoint); train it first"}
-    else:
-        step, state_dict = weights
-        model, data = explorer.build(spec, device="cpu")
+        return {"run": run_id, "error": "this run has no saved weights yet (it is queued, or was recorded without "
+                                        "a checkpoint); train it first"}
+    step, state_dict = weights
+    model, data = explorer.build(spec, device="cpu")
+    try:
         model.load_state_dict(state_dict)
-        model.eval()
-        results, errors = {}, {}
-        progress = st.progress(0.0, text="probing...")
-        for i, name in enumerate(chosen):
-            progress.progress(i / len(chosen), text=f"probing: {name}")
-            extra = validation_tensors(name, data, inputs)
-            if any(p.name == "max_inputs" for p in PROBES[name].params):
-                extra["max_inputs"] = inputs
-            try:
-                results[name] = explorer.probe(model, data.x_val[:inputs], name, **extra, **options.get(name, {}))
-            except SpecError as error:
-                errors[name] = f"**{error.path}**: {error.message}"
-        progress.progress(1.0, text=f"probed at step {step}")
-        st.session_state["inside-results"] = {"run": run_id, "step": step, "results": results, "errors": errors}
+    except (RuntimeError, KeyError, TypeError) as error:
+        return {"run": run_id, "error": f"the saved weights do not fit this run's model ({messages.failure(error)})"}
+    model.eval()
+    results, errors = {}, {}
+    progress = st.progress(0.0, text="probing...")
+    for i, name in enumerate(chosen):
+        progress.progress(i / len(chosen), text=f"probing: {name}")
+        extra = validation_tensors(name, data, inputs)
+        if any(p.name == "max_inputs" for p in PROBES[name].params):
+            extra["max_inputs"] = inputs
+        try:
+            results[name] = explorer.probe(model, data.x_val[:inputs], name, **extra, **options.get(name, {}))
+        except SpecError as error:
+            errors[name] = messages.spec_error(error)
+    progress.progress(1.0, text=f"probed at step {step}")
+    return {"run": run_id, "step": step, "results": results, "errors": errors}
+
+
+if st.button("Probe", type="primary", key="inside-run-probes", icon=":material/biotech:", disabled=not chosen):
+    st.session_state["inside-results"] = probe_now(run_id)
 
 shown = st.session_state.get("inside-results")
 if shown and shown["run"] == run_id:

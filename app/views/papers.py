@@ -19,7 +19,6 @@ library's form of the paper's "aggregated shortcuts to layer j" (explorer/topolo
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
@@ -30,6 +29,7 @@ import explorer
 from explorer import plots
 from explorer.papers.claims import Claim, claims
 from explorer_app import figures, state
+from explorer_app.messages import escape, failure
 from explorer_app.limits import LimitError
 
 
@@ -177,8 +177,9 @@ class ClaimFailed(Exception):
 
 
 @st.cache_data(show_spinner=False)
-def claim_row(paper: str, claim_id: str, fast: bool) -> dict:
-    """`Claim.run(fast)` while holding one of the server's job slots; cached server-wide (claims are seeded)."""
+def claim_row(paper: str, claim_id: str, fast: bool, context: tuple) -> dict:
+    """`Claim.run(fast)` while holding one of the server's job slots; cached server-wide (claims are seeded),
+    keyed by what the result depends on besides the claim: `claim_context()`."""
     claim = next(c for c in claims(paper) if c.id == claim_id)
     with state.job_queue().slot():
         row = claim.run(fast)
@@ -190,12 +191,22 @@ def claim_row(paper: str, claim_id: str, fast: bool) -> dict:
 def run_claim(claim: Claim, fast: bool) -> dict:
     """The claim's result row, cached or computed now; never raises (a failure becomes its "error" row)."""
     try:
-        return claim_row(claim.paper, claim.id, fast)
+        return claim_row(claim.paper, claim.id, fast, claim_context())
     except ClaimFailed as failed:
         return failed.row
     except Exception as error:  # e.g. an invalid EXPLORER_MAX_JOBS: reported on the claim, the page goes on
         return {"verdict": "error", "measured": {}, "expected": claim.expected,
                 "note": f"{type(error).__name__}: {error}", "seconds": None}
+
+
+def claim_context() -> tuple:
+    """What a claim's numbers depend on besides its seeded specs: the code's version, torch's version, the
+    machine and the threads a job trains with (float sums differ with them)."""
+    import platform
+
+    import torch
+
+    return (explorer.__version__, torch.__version__, platform.machine(), state.job_queue().threads)
 
 
 def queue_note() -> str:
@@ -226,11 +237,6 @@ def session_results() -> dict:
 
 
 # ---- showing results ----------------------------------------------------------------------------
-
-def escape(text: str) -> str:
-    """`text` shown literally by st.markdown (the claims write p_ij, ER*, ||h||, ...)."""
-    return re.sub(r"([\\`*_\[\]<>#|~$])", r"\\\1", text)
-
 
 def error_message(note: str) -> str:
     """The error's first lines, without the traceback `Claim.run` appends."""
@@ -306,7 +312,7 @@ def show_result(claim: Claim, row: dict, fast: bool) -> None:
     took = f", computed in {row['seconds']} s" if row.get("seconds") is not None else ""
     st.markdown(f":{color}-badge[{icon} {label}] :gray-badge[{mode} mode{took}]")
     if row["verdict"] == "error":
-        st.error(error_message(row["note"]), icon=":material/error:")
+        st.error(escape(error_message(row["note"])), icon=":material/error:")
         return
     expected, measured = st.columns([2, 3])
     expected.markdown(f"**Expected.** {escape(row['expected'])}")
@@ -318,7 +324,7 @@ def show_result(claim: Claim, row: dict, fast: bool) -> None:
         try:
             fig = draw(row["measured"])
         except (KeyError, TypeError, ValueError) as error:  # the claim's numbers are not shaped as drawn here
-            st.caption(f"No figure for these numbers ({type(error).__name__}: {error}).")
+            st.caption(f"No figure for these numbers ({failure(error)}).")
             return
         figures.show(fig, key=f"papers-{claim.paper}-{claim.id}-{mode}", name=f"{claim.paper}-{claim.id}-{mode}")
 

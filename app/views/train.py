@@ -14,9 +14,8 @@ import streamlit as st
 
 import explorer
 from explorer import plots
-from explorer.probes import validation_tensors
 from explorer.registry import SpecError
-from explorer_app import figures, limits, spec_form, state, uploads
+from explorer_app import figures, limits, messages, spec_form, state, uploads
 
 REFRESH_S = 0.3  # live view refresh period while a job is active (about 3 redraws per second)
 LIVE_PROBE = "coefficients"  # always probed: the heatmap
@@ -38,7 +37,7 @@ def load_from_url() -> None:
     try:
         spec = explorer.preset(query["preset"]) if "preset" in query else explorer.ExperimentSpec.from_query(query)
     except SpecError as error:
-        st.error(f"This link's experiment is not valid: **{error.path}**: {error.message}. "
+        st.error(f"This link's experiment is not valid: {messages.spec_error(error)}. "
                  "The form shows the last valid set-up instead.", icon=":material/link_off:")
         st.session_state["url_written"] = query
         return
@@ -70,10 +69,11 @@ with st.sidebar:
     form = spec_form.render(check=lambda spec: limits.check_spec(spec, caps))
     uploads.text_corpus_uploader(form.raw, caps, key="train-upload-text")
 spec = form.spec
+if form.error is not None:  # also here, beside Train, not only under its field in a collapsed section
+    st.error(f"Train is off until this is fixed: {messages.spec_error(form.error)}", icon=":material/block:")
 if spec is not None:
     write_to_url(spec)
     state.remember_train_spec(spec)
-    state.warm_up(spec)
 
 # ---- what to watch -----------------------------------------------------------------------------
 left, middle, right = st.columns([2, 1, 1])
@@ -87,33 +87,17 @@ heatmap_basis = right.selectbox("Heatmap basis", ["unrolled", "own", "log_ratio"
                                      "log_ratio: ANCRe's log(c_ij / max_j c) view.")
 
 
-def probe_error(spec, name: str) -> SpecError | None:
-    """Try the probe on the untrained model (two inputs) so an inapplicable choice is refused up front."""
-    model, data = explorer.build(spec, device="cpu")
-    try:
-        explorer.probe(model, data.x_val[:2], name, **validation_tensors(name, data, 2))
-    except SpecError as error:
-        return error
-    return None
-
-
 def start(spec) -> None:
-    """Submit the run; a live probe that does not apply to this model is left out, with a note saying why."""
-    probes = {LIVE_PROBE: {}}
-    try:
-        error = probe_error(spec, probe_name)
-    except SpecError as failed:  # e.g. data.path names no dataset files: the run could not start either
-        st.session_state["train-message"] = f"Cannot train: **{failed.path}**: {failed.message}"
-        return
-    if error is None:
-        probes[probe_name] = {}
-        st.session_state.pop("train-message", None)
-    else:
-        st.session_state["train-message"] = (f"Training without the live probe **{probe_name}**: {error.message}. "
-                                             f"Choose another probe (e.g. norms or weights) for this model.")
+    """Submit the run. Nothing is built here: the job builds the data and model in its turn, and leaves out
+    a live probe that does not apply to this model, with a note saying why."""
+    st.session_state.pop("train-message", None)
     label = f"{spec.model.name} {spec.topology.name} #{len(state.session_jobs()) + 1}"
-    job = state.job_queue().submit(spec, label, probes=probes, probe_every=int(probe_every))
-    state.add_job(job)
+    try:
+        job = state.submit(spec, label, probes={LIVE_PROBE: {}, probe_name: {}}, probe_every=int(probe_every),
+                           optional_probes=(probe_name,))
+    except state.SessionLimit as refused:
+        st.session_state["train-message"] = f"Not started: {messages.escape(refused)}"
+        return
     st.session_state["train-job"] = job
 
 
@@ -155,6 +139,8 @@ def live_view() -> None:
 
     if "train-message" in st.session_state:
         st.warning(st.session_state["train-message"], icon=":material/warning:")
+    if view is not None and view.note:
+        st.warning(view.note, icon=":material/warning:")
     if view is None:
         st.info("No run yet: press **Train**.", icon=":material/info:")
         empty_loss_chart()
@@ -183,7 +169,7 @@ def show_status(view) -> None:
                    f"the run up to there. Try a smaller learning rate, a smaller tau, or another init.",
                    icon=":material/trending_up:")
     elif view.status == "error":
-        st.error(f"The run failed: {view.error}", icon=":material/error:")
+        st.error(f"The run failed: {messages.escape(view.error)}", icon=":material/error:")
     elif view.status == "finished":
         final = view.history[-1] if view.history else {}
         shown = " · ".join(f"{k} {v:.4g}" for k, v in final.items() if k not in ("step", "time"))

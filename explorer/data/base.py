@@ -1,11 +1,18 @@
-"""What every dataset shares: the registry, the Dataset and its dimensions, the build cache and the task loss."""
+"""What every dataset shares: the registry, the Dataset and its dimensions, the build cache and the task loss.
+
+Generated datasets are cached (least recently used first out, at most EXPLORER_DATA_CACHE_MB in all),
+and the cache is private: each caller gets its own copy of the tensors, so a run (or a callback) that
+changes its data in place changes nothing for any other run.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import lru_cache
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import torch
@@ -78,6 +85,16 @@ class Dataset:
         return Dataset(self.name, self.task, *(t.to(device) for t in tensors), self.input_shape, self.output_dim,
                        self.seed, *masks)
 
+    def copy(self) -> Dataset:
+        """The same data in tensors of its own (what the cache hands out: nobody shares a tensor)."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return Dataset(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in values.items()})
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes its tensors take."""
+        return sum(v.nbytes for v in vars(self).values() if isinstance(v, torch.Tensor))
+
     @property
     def dims(self) -> DataDims:
         return DataDims(self.input_shape, self.output_dim, self.task)
@@ -101,22 +118,56 @@ def dims(section) -> DataDims:
 
 
 def build_dataset(section) -> Dataset:
-    """Generate (or load from the cache) the dataset a spec's data section describes."""
-    key = tuple(sorted(section.params.items()))
-    return _cached(section.name, key)
+    """The dataset a spec's data section describes: generated, or copied from the cache."""
+    key = (section.name, tuple(sorted(section.params.items())))
+    with _CACHE_LOCK:
+        cached = _CACHE.get(key)
+        if cached is not None:
+            _CACHE.move_to_end(key)
+            return cached.copy()
+    params = dict(key[1])
+    tensors = DATASETS[section.name].factory(**params)  # (x_train, y_train, x_val, y_val[, masks_train, masks_val])
+    shape, output_dim, task = DataDims.of(DATASETS[section.name].extra["dims"](params))
+    dataset = Dataset(section.name, task, *tensors[:4], shape, output_dim, params.get("seed", 0), *tensors[4:])
+    _remember(key, dataset)
+    return dataset.copy()
+
+
+def cache_limit_bytes() -> int:
+    """EXPLORER_DATA_CACHE_MB (default 256) in bytes: what the dataset cache may hold in all."""
+    text = os.environ.get("EXPLORER_DATA_CACHE_MB", "").strip()
+    try:
+        return max(int(text), 0) * 1_000_000 if text else 256_000_000
+    except ValueError:
+        return 256_000_000
+
+
+def cached_bytes() -> int:
+    """Bytes the dataset cache holds now."""
+    with _CACHE_LOCK:
+        return sum(d.nbytes for d in _CACHE.values())
 
 
 def clear_cache() -> None:
     """Forget every built dataset (the next build_dataset generates or reads it again)."""
-    _cached.cache_clear()
+    with _CACHE_LOCK:
+        _CACHE.clear()
 
 
-@lru_cache(maxsize=16)
-def _cached(name: str, key: tuple) -> Dataset:
-    params = dict(key)
-    tensors = DATASETS[name].factory(**params)  # (x_train, y_train, x_val, y_val[, masks_train, masks_val])
-    shape, output_dim, task = DataDims.of(DATASETS[name].extra["dims"](params))
-    return Dataset(name, task, *tensors[:4], shape, output_dim, params.get("seed", 0), *tensors[4:])
+def _remember(key, dataset: Dataset) -> None:
+    """Keep `dataset`, dropping the least recently used ones past the byte limit (one too big is not kept)."""
+    limit = cache_limit_bytes()
+    with _CACHE_LOCK:
+        if dataset.nbytes > limit:
+            return
+        _CACHE[key] = dataset
+        _CACHE.move_to_end(key)
+        while sum(d.nbytes for d in _CACHE.values()) > limit:
+            _CACHE.popitem(last=False)
+
+
+_CACHE: OrderedDict = OrderedDict()
+_CACHE_LOCK = threading.Lock()
 
 
 SEED = Param("seed", "int", 0, "seed of the data generator (independent of the training seed)", low=0, high=2**31 - 1)

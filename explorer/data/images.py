@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from explorer.data.base import DATASETS, SEED
+from explorer.data.files import local_path
 from explorer.data.tabular import VAL_FRACTION, _split_standardize
 from explorer.registry import Param, SpecError
 
@@ -217,15 +218,11 @@ def shapes(size: int, n_train: int, n_val: int, seed: int):
 PATH_HELP = "folder holding the dataset's files (nothing is downloaded)"
 
 
-def _folder(path: str) -> str:
-    return os.path.abspath(os.path.expanduser(path))
-
-
 def _check_files(path: str, needed: dict[str, tuple[str, ...]], what: str, where: str, hints: tuple[str, ...]) -> None:
     """SpecError at data.path unless `path` is a folder with one of the accepted names for every needed file."""
     if not path:
         raise SpecError("data.path", f"set data.path to a local folder holding {what}; {where}")
-    folder = _folder(path)
+    folder = local_path(path)
     if not os.path.exists(folder):
         raise SpecError("data.path", f"folder {folder} does not exist; it must hold {what}; {where}")
     if not os.path.isdir(folder):
@@ -363,7 +360,7 @@ def _load_mnist_split(folder: str, split: str) -> tuple[np.ndarray, np.ndarray]:
 def mnist(path: str, n_train: int, n_val: int, seed: int):
     """The original IDX files (also fits Fashion-MNIST, which uses the same names and format)."""
     _check_mnist({"path": path})
-    folder = _folder(path)
+    folder = local_path(path)
     (x_train, y_train), (x_val, y_val) = (_load_mnist_split(folder, split) for split in ("train", "val"))
     return _subsampled_tensors((x_train[:, None], y_train), (x_val[:, None], y_val), n_train, n_val, seed, "MNIST")
 
@@ -483,7 +480,7 @@ def _load_cifar_batch(folder: str, name: str) -> tuple[np.ndarray, np.ndarray]:
 def cifar10(path: str, n_train: int, n_val: int, seed: int):
     """data_batch_1..5 for training, test_batch for validation, read without running any pickled code."""
     _check_cifar({"path": path})
-    folder = _folder(path)
+    folder = local_path(path)
     parts = [_load_cifar_batch(folder, name) for name in CIFAR_TRAIN]
     train = (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
     return _subsampled_tensors(train, _load_cifar_batch(folder, "test_batch"), n_train, n_val, seed, "CIFAR-10")

@@ -79,11 +79,20 @@ _GAUSSIAN_PARAMS = (
 )
 
 
-@DATASETS.register("identity", "learn the identity y = x on Gaussian inputs (DCA Figure 1a)", _GAUSSIAN_PARAMS,
-                   dims=lambda p: (p["dim"], p["dim"], "regression"))
-def identity(dim: int, n_train: int, n_val: int, seed: int):
-    """x ~ N(0, I_d), target y = x."""
-    return _gaussian_task(dim, n_train, n_val, seed, affine=False)
+def _check_sign(p) -> None:
+    if p.get("sign", 1) not in (1, -1):
+        raise SpecError("data.sign", f"must be 1 (y = x) or -1 (y = -x), got {p['sign']}; set data.sign=1 or -1")
+
+
+@DATASETS.register("identity", "learn the identity y = x (or y = -x) on Gaussian inputs (DCA Figure 1a)",
+                   (*_GAUSSIAN_PARAMS,
+                    Param("sign", "int", 1, "target y = sign * x: 1 for the identity, -1 for its negation "
+                                            "(IDInit Figure 10's target -I)", low=-1, high=1)),
+                   dims=lambda p: (p["dim"], p["dim"], "regression"), check=_check_sign)
+def identity(dim: int, n_train: int, n_val: int, seed: int, sign: int = 1):
+    """x ~ N(0, I_d), target y = sign * x."""
+    x_train, y_train, x_val, y_val = _gaussian_task(dim, n_train, n_val, seed, affine=False)
+    return x_train, sign * y_train, x_val, sign * y_val
 
 
 @DATASETS.register("affine", "learn y = A x + b with A, b standard normal (DCA Figure 1b)", _GAUSSIAN_PARAMS,

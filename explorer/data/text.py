@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from explorer.data.base import DATASETS, SEED
-from explorer.data.images import _folder
+from explorer.data.files import local_path
 from explorer.registry import Param, SpecError
 
 MAX_BYTES = 20_000_000  # 20 MB: a text file larger than this is refused (the whole file is read and encoded)
@@ -39,7 +39,7 @@ def corpus(path: str = "", max_chars: int = 0) -> str:
     if not path:
         text = _default_text()
     else:
-        full = _folder(path)
+        full = local_path(path)
         try:
             stat = os.stat(full)
         except FileNotFoundError:
@@ -180,7 +180,7 @@ def _check(p):
     needed = _chars_needed(context, val_fraction)
     fits = [t for t in range(context - 1, 3, -1) if _long_enough(len(text), t, val_fraction)]
     shorter = f"lower data.context to {fits[0]} or less, or " if fits else ""
-    where = DEFAULT_SOURCE if not p["path"] else _folder(p["path"])
+    where = DEFAULT_SOURCE if not p["path"] else local_path(p["path"])
     if p["max_chars"] and len(corpus(p["path"])) >= needed:
         raise SpecError("data.max_chars", f"the first {len(text)} characters of {where} are too few for context "
                                           f"{context}: at least {MIN_WINDOWS} windows of {context + 1} characters in "

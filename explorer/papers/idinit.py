@@ -130,14 +130,6 @@ def zero_padding_callback(event) -> None:
         weight[:rows, :rows] = tau * torch.eye(rows, dtype=weight.dtype, device=weight.device)
 
 
-def negate_targets_callback(event) -> None:
-    """A `train` callback that turns the `identity` dataset's y = x into y = -x (Figure 10's target -I) for the
-    run, in place, and back at its end (datasets are cached and shared between runs of the process)."""
-    if event.kind in ("start", "end"):
-        event.run.data.y_train.neg_()
-        event.run.data.y_val.neg_()
-
-
 def _embed_name(model) -> str:
     return next(name for name, role in roles(model).items() if role == "embed")
 
@@ -168,7 +160,7 @@ def symmetry_runs(steps: int) -> dict:
     gd = preset("idinit-fig10-gd").with_values({"train.steps": steps})
     sgdm = preset("idinit-fig10-sgd-momentum").with_values({"train.steps": steps})
     sgd = sgdm.with_values({"optim.momentum": 0.0})
-    return {name: train(spec, callbacks=[negate_targets_callback])
+    return {name: train(spec.with_values({"data.sign": -1}))  # Figure 10's target -I: y = -x
             for name, spec in (("GD", gd), ("SGD", sgd), ("SGD+momentum", sgdm))}
 
 

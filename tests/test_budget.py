@@ -1,0 +1,66 @@
+"""Issue 16 item 1: the memory a spec's data and training need is estimated and capped before anything is
+allocated (EXPLORER_MAX_DATA_MB, EXPLORER_MAX_MODEL_MB), in the API, the CLI and the app."""
+
+import psutil
+import pytest
+
+import explorer
+from explorer import budget
+from explorer.cli import main
+
+ISSUE_EXAMPLES = [  # the issue's inputs that exhausted memory, as --set changes on the default spec
+    {"data.name": "identity", "data.dim": "4096", "data.n_train": "1000000", "model.width": "64"},
+    {"data.name": "identity", "data.dim": "4096", "data.n_train": "50000"},
+    {"model.depth": "10000", "model.width": "65536"},
+    {"data.name": "shapes", "data.size": "128", "data.n_train": "200000", "model.name": "vit"},
+]
+
+
+@pytest.mark.parametrize("changes", ISSUE_EXAMPLES)
+def test_the_api_refuses_before_allocating(changes):
+    spec = explorer.ExperimentSpec.default().with_values(changes)
+    rss = psutil.Process().memory_info().rss
+    with pytest.raises(explorer.SpecError) as refused:
+        explorer.build(spec)
+    assert refused.value.path.split(".")[0] in ("data", "model")
+    assert "EXPLORER_MAX_" in refused.value.message
+    assert psutil.Process().memory_info().rss - rss < 200e6  # nothing of the GBs asked for was allocated
+
+
+@pytest.mark.parametrize("changes", ISSUE_EXAMPLES)
+def test_the_cli_refuses_in_one_line(capsys, changes):
+    sets = [f"--set={key}={value}" for key, value in changes.items()]
+    code = main(["train", "--preset", "tau-fig1-1/L", *sets, "--no-record", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err
+    assert "EXPLORER_MAX_" in err and "--max-" in err
+
+
+def test_the_cli_flag_sets_the_cap(capsys, monkeypatch):
+    monkeypatch.setenv("EXPLORER_MAX_DATA_MB", "512")  # the flag sets it for the process: undone after the test
+    code = main(["train", "--preset", "tau-fig1-1/L", "--set", "train.steps=2", "--set", "train.log_every=1",
+                 "--max-data-mb", "1", "--no-record", "--quiet"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "data." in err and "limit of 1 MB" in err
+    code = main(["train", "--preset", "tau-fig1-1/L", "--set", "train.steps=2", "--set", "train.log_every=1",
+                 "--max-data-mb", "10", "--no-record", "--quiet"])
+    capsys.readouterr()
+    assert code == 0
+
+
+def test_every_preset_fits_the_default_caps():
+    for name in explorer.registry("presets"):
+        budget.check(explorer.preset(name))
+
+
+def test_the_estimate_is_not_below_what_is_allocated():
+    spec = explorer.ExperimentSpec.default().with_values(
+        {"data.name": "identity", "data.dim": 200, "data.n_train": 5000, "model.width": 64})
+    _, data = explorer.build(spec)
+    assert budget.data_bytes(spec) >= data.nbytes > 0.5 * budget.data_bytes(spec)
+
+
+def test_a_misset_variable_is_a_spec_error(monkeypatch):
+    monkeypatch.setenv("EXPLORER_MAX_DATA_MB", "lots")
+    with pytest.raises(explorer.SpecError, match="EXPLORER_MAX_DATA_MB"):
+        budget.check(explorer.ExperimentSpec.default())
