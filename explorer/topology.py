@@ -148,7 +148,13 @@ def _weighted_sum(history: _Chunks, weights: torch.Tensor) -> torch.Tensor:
 # state-basis topologies
 # --------------------------------------------------------------------------------------
 class Chain(Topology):
-    """x_j = act(x_{j-1} + s * y_j) (cascaded, tau), act(s * (x_{j-1} + y_j)) (tau after the addition), or act(y_j) (none)."""
+    """x_j = act(x_{j-1} + s * y_j) (cascaded, tau), act(s * (x_{j-1} + y_j)) (tau after the addition), or act(y_j) (none).
+
+    cascaded: the standard residual x_j = x_{j-1} + y_j (He et al.; ANCRe's "cascaded" baseline, Sec. 3.1).
+    tau: the tau paper's h_l = relu(h_{l-1} + tau W_l h_{l-1}) (Sec. 2, with act = ReLU on the MLP-ResNet),
+    placement="after" its Transformer without normalisation, x <- tau (x + f(x)) (Appendix H). A ResNet's
+    down-sampling blocks outside the chain get the same scaling through `scale_branch` (the official code).
+    """
 
     def __init__(self, n_blocks: int, skip: bool, scale: float = 1.0, learnable: bool = False, after: bool = False):
         super().__init__(n_blocks)
@@ -199,7 +205,12 @@ class Chain(Topology):
 
 
 class Shortcuts(Topology):
-    """A fixed set of shortcuts i:j: x_j = act(y_j + sum_{i in S_j} x_i), no other skip."""
+    """A fixed set of shortcuts i:j: x_j = act(y_j + sum_{i in S_j} x_i), no other skip.
+
+    ANCRe's case study (Sec. 3.1-3.2, Figure 2b/2c): e.g. 0:1 gives L_1 = ||W_3 W_2 (W_1 + I) X - Y||^2 / 2 and
+    0:2 gives L_2 = ||W_3 (W_2 W_1 + I) X - Y||^2 / 2 on the 3-layer linear network. On whole Transformer blocks
+    the inner attention-to-MLP skip stays and no layer residual is added (no paper defines it there).
+    """
 
     def __init__(self, n_blocks: int, pairs: list[tuple[int, int]]):
         super().__init__(n_blocks)
