@@ -8,17 +8,9 @@ import pytest
 import explorer
 from conftest import plain
 from explorer_app import jobs
+from test_app_jobs import wait_for
 
 LONG = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 4, "train.steps": 20000, "train.log_every": 5})
-
-
-def wait_for(predicate, timeout=30.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
 
 
 def test_a_session_has_at_most_its_share_of_active_jobs():
