@@ -37,13 +37,16 @@ __all__ = [
     "attention_maps",
     "coefficient_heatmap",
     "export",
+    "figure_bundle",
     "log_singular_value_histograms",
     "loss_curves",
+    "notebook_mode",
     "norms_by_layer",
     "pca_grid",
     "probe_figures",
     "rank_plot",
     "run_colors",
+    "show_in",
     "spectra",
     "theory_curves",
     "to_html_bytes",
@@ -636,3 +639,75 @@ def export(fig: go.Figure, path: str | Path) -> Path:
     else:
         raise ValueError(f"path must end with .html or .png, got {str(path)!r}")
     return path
+
+
+# --------------------------------------------------------------------------- notebooks
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+RENDERER = "explorer"  # the plotly renderer `notebook_mode()` registers and makes the default
+
+
+def figure_bundle(fig: go.Figure) -> dict[str, Any]:
+    """The MIME bundle a notebook output of `fig` carries: plotly's JSON and an HTML fallback.
+
+    JupyterLab draws the plotly JSON (interactive, with the jupyterlab-plotly renderer); an export
+    (`jupyter nbconvert --to html`, the notebooks' static site) or a code host that only knows
+    HTML uses `text/html`: the figure's div and the script that draws it, without plotly.js
+    itself, which `notebook_mode()` puts in the notebook once.
+    """
+    from plotly.io import to_html
+    from plotly.io.base_renderers import PlotlyRenderer
+
+    fig_dict = fig.to_dict() if isinstance(fig, go.Figure) else dict(fig)
+    bundle = PlotlyRenderer().to_mimebundle(dict(fig_dict))
+    bundle["text/html"] = to_html(fig_dict, include_plotlyjs=False, include_mathjax=False, full_html=False,
+                                  default_width="100%", default_height=525, validate=False)
+    return bundle
+
+
+def _plotly_js_once() -> None:
+    """Display plotly.js inline (no CDN) in the current cell: the HTML fallbacks draw with it."""
+    from IPython.display import HTML, display
+    from plotly.offline import get_plotlyjs
+
+    display(HTML("<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>"
+                 f"<script type=\"text/javascript\">{get_plotlyjs()}</script>"))
+
+
+def notebook_mode() -> None:
+    """Make every figure a notebook shows survive export (call once, in a notebook's first cell).
+
+    Registers and selects the plotly renderer `RENDERER`, whose output carries both plotly's JSON
+    and an HTML fallback (`figure_bundle`), and shows plotly.js once, inline, in the calling cell,
+    so an exported notebook draws its figures offline. Without it `fig.show()` writes the plotly
+    JSON alone, which `nbconvert --to html` and code hosts drop.
+    """
+    import plotly.io as pio
+    from plotly.io.base_renderers import MimetypeRenderer
+
+    class _Renderer(MimetypeRenderer):
+        def to_mimebundle(self, fig_dict):
+            return figure_bundle(go.Figure(fig_dict, skip_invalid=True))
+
+    pio.renderers[RENDERER] = _Renderer()
+    pio.renderers.default = RENDERER
+    _plotly_js_once()
+
+
+def show_in(out: Any, *items: Any) -> None:
+    """Replace what an `ipywidgets.Output` shows with `items` (figures and strings), in order.
+
+    The widget's outputs are set directly (a figure as `figure_bundle`, a string as text), so the
+    figure redraws in JupyterLab (where `out.append_display_data(fig)` left an empty entry: a
+    plotly figure displays itself in the running cell instead) and under nbclient (where
+    `with out:` capture can stall the cell, jupyter/nbclient#312).
+    """
+    outputs = []
+    for item in items:
+        if isinstance(item, str):
+            outputs.append({"output_type": "stream", "name": "stdout", "text": item if item.endswith("\n") else item + "\n"})
+        elif isinstance(item, go.Figure):
+            outputs.append({"output_type": "display_data", "data": figure_bundle(item), "metadata": {}})
+        else:
+            raise ValueError(f"show_in takes plotly figures and strings, got {type(item).__name__}")
+    out.outputs = tuple(outputs)

@@ -61,6 +61,17 @@ def test_a_shared_url_sets_up_the_same_experiment(open_page):
     assert spec_of(at).to_dict() == spec.to_dict()
 
 
+def test_load_preset_fills_the_form_on_the_first_click(open_page):
+    at = open_page("train")
+    name = "tau-fig1-1/L^0.25"
+    at.selectbox(key="train-preset").set_value(name).run()
+    at.button(key="train-load-preset").click().run()
+    assert not at.exception, at.exception
+    assert spec_of(at).to_dict() == explorer.preset(name).to_dict()
+    assert at.selectbox(key="spec:topology.tau.value:mode").value == "1/L^0.25"
+    assert at.selectbox(key="train-preset").value == "(keep the form)"
+
+
 def test_a_preset_link_loads_the_preset(open_page):
     at = open_page("train", query={"preset": "ancre-fig2c-ancre"})
     assert spec_of(at).to_dict() == explorer.preset("ancre-fig2c-ancre").to_dict()

@@ -53,16 +53,24 @@ def write_to_url(spec) -> None:
     st.session_state["url_written"] = params
 
 
+KEEP_FORM = "(keep the form)"
+
+
+def load_preset() -> None:
+    """Button callback: it runs before the widgets are drawn, the only time their state may be set
+    (setting it after the preset select was drawn raised StreamlitWidgetAlreadyInstantiatedError)."""
+    spec_form.load_into_widgets(explorer.preset(st.session_state["train-preset"]))
+    st.session_state["train-preset"] = KEEP_FORM
+
+
 load_from_url()
 with st.sidebar:
     st.subheader("Experiment")
     presets = explorer.registry("presets")
-    chosen = st.selectbox("Start from a preset", ["(keep the form)", *presets], key="train-preset",
+    chosen = st.selectbox("Start from a preset", [KEEP_FORM, *presets], key="train-preset",
                           help="A paper's set-up, scaled to run on a CPU. Loading it replaces the form.")
-    if chosen != "(keep the form)" and st.button("Load preset", key="train-load-preset"):
-        spec_form.load_into_widgets(explorer.preset(chosen))
-        st.session_state["train-preset"] = "(keep the form)"
-        st.rerun()
+    if chosen != KEEP_FORM:
+        st.button("Load preset", key="train-load-preset", on_click=load_preset)
     uploaded_spec = uploads.spec_uploader(caps, key="train-upload-spec")
     if uploaded_spec is not None:
         spec_form.load_into_widgets(uploaded_spec)
