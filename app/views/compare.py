@@ -360,13 +360,15 @@ def show_heatmaps(records: list[dict], labels: list[str], results: list[dict], b
         for column, record, label, found in zip(columns, records[start:], labels[start:], results[start:]):
             with column:
                 coefficients = found["coefficients"]
-                if isinstance(coefficients, str) or basis not in coefficients[1]:
-                    why = coefficients if isinstance(coefficients, str) else f"no {basis} basis recorded"
+                shown = basis if isinstance(coefficients, str) else plots.coefficient_basis(coefficients[1], basis)
+                if isinstance(coefficients, str) or shown not in coefficients[1]:
+                    why = coefficients if isinstance(coefficients, str) else f"no {shown} basis recorded"
                     st.caption(f"**{label}**: no coefficient heatmap: {why}.")
                     continue
                 step, result = coefficients
-                fig = plots.coefficient_heatmap(result[basis], f"{label}: {basis} at step {step}",
-                                                log_ratio=basis == "log_ratio")
+                # two short lines: a narrow column cut the one-line title ("unrolled at ste")
+                fig = plots.coefficient_heatmap(result[shown], f"{label}<br><sub>{shown}, step {step}</sub>",
+                                                log_ratio=shown == "log_ratio")
                 figures.show(fig, key=f"compare-heatmap-{record['id']}", name=f"{label}-coefficients")
 
 
@@ -415,10 +417,11 @@ def compare_view() -> None:
                      key="compare-loss", name="compare-loss")
     results = probe_results(records, labels)
     st.markdown("**Shortcut coefficients**: who feeds whom, one heatmap per run.")
-    basis = st.selectbox("Heatmap basis", ["unrolled", "own", "log_ratio"], key="compare-basis",
-                         help="unrolled: weight of each earlier branch output in each block's input (comparable "
-                              "across topologies); own: the topology's own coefficients; log_ratio: ANCRe's "
-                              "log(c_ij / max_j c) view.")
+    basis = st.selectbox("Heatmap basis", ["default", *plots.COEFFICIENT_BASES], key="compare-basis",
+                         help="default: the learned coefficients (own) of a learnable topology such as ANCRe, "
+                              "unrolled otherwise; unrolled: weight of each earlier branch output in each block's "
+                              "input (comparable across topologies); own: the topology's own coefficients; "
+                              "log_ratio: ANCRe's log(c_ij / max_j c) view.")
     show_heatmaps(records, labels, results, basis)
     show_spectra(labels, results, colors)
 
