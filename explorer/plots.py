@@ -613,23 +613,50 @@ def theory_curves(
     log_x: bool = False,
     log_y: bool = False,
     colors: Mapping[str, str] | None = None,
+    difference: Sequence[str] = (),
+    difference_label: str = "difference",
 ) -> go.Figure:
-    """Closed-form results as lines over a shared x (label -> y array of the same length as x)."""
+    """Closed-form results as lines over a shared x (label -> y array of the same length as x).
+
+    Curves named in `difference` (e.g. "DCA - Transformer") are drawn in a panel of their own below,
+    on their own linear axis `difference_label` with a zero line: a gain of 0.001 on the losses' axis
+    would read as a flat line at zero.
+    """
     xs = _vector("x", x)
     data = _curve_dict("curves", curves)
     for label, y in data.items():
         if y.size != xs.size:
             raise ValueError(f"curves[{label!r}] has {y.size} values for {xs.size} x values")
+    unknown = [d for d in difference if d not in data]
+    if unknown:
+        raise ValueError(f"difference names curves that are not given: {unknown}")
     palette = _resolve_colors(list(data), colors)
-    fig = go.Figure()
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.68, 0.32], vertical_spacing=0.08) \
+        if difference else go.Figure()
+    main = [label for label in data if label not in difference]
     for label, y in data.items():
-        fig.add_trace(go.Scatter(
-            x=xs, y=y, mode="lines", name=label, line=dict(color=palette[label]),
-            hovertemplate=f"{xlabel} %{{x:{_FMT}}}<br>{ylabel} %{{y:{_FMT}}}<extra>{label}</extra>",
-        ))
-    fig.update_xaxes(**(_log_axis(xs) if log_x else dict(type="linear")), title_text=_axis_title(xlabel, log_x))
-    fig.update_yaxes(**(_log_axis(_plotted_y(fig)) if log_y else dict(type="linear")),
-                     title_text=_axis_title(ylabel, log_y))
+        trace = go.Scatter(
+            x=xs, y=y, mode="lines+markers" if label in difference else "lines", name=label,
+            line=dict(color=palette[label]),
+            hovertemplate=f"{xlabel} %{{x:{_FMT}}}<br>{ylabel if label in main else difference_label} "
+                          f"%{{y:{_FMT}}}<extra>{label}</extra>",
+        )
+        if difference:
+            fig.add_trace(trace, row=2 if label in difference else 1, col=1)
+        else:
+            fig.add_trace(trace)
+    main_y = [v for label in main for v in data[label] if math.isfinite(v)]
+    x_style = _log_axis(xs) if log_x else dict(type="linear")
+    if difference:
+        fig.update_xaxes(**x_style)
+        fig.update_xaxes(title_text=_axis_title(xlabel, log_x), row=2, col=1)
+        fig.update_yaxes(**(_log_axis(main_y) if log_y else dict(type="linear")),
+                         title_text=_axis_title(ylabel, log_y), row=1, col=1)
+        fig.update_yaxes(type="linear", title_text=difference_label, zeroline=True, zerolinecolor="#999",
+                         row=2, col=1)
+        return _finish(fig, title, height=520)
+    fig.update_xaxes(**x_style, title_text=_axis_title(xlabel, log_x))
+    fig.update_yaxes(**(_log_axis(main_y) if log_y else dict(type="linear")), title_text=_axis_title(ylabel, log_y))
     return _finish(fig, title)
 
 

@@ -449,3 +449,16 @@ def test_numerical_zeros_are_relative_to_each_matrix():
     names = [t.name for t in fig.data]
     assert "small: numerical zeros" not in names and "large: numerical zeros" in names
     np.testing.assert_allclose(plotly_array(fig.to_dict()["data"][0]["y"]), [1e-3, 1e-4])
+
+
+def test_a_difference_is_drawn_on_its_own_axis():
+    """02's width figure: DCA - Transformer (about 0.001) in its own panel, not on the losses' axis."""
+    fig = plots.theory_curves([16, 32, 64], {"Transformer": [2.5, 2.3, 2.1], "DCA": [2.499, 2.299, 2.098],
+                                             "DCA - Transformer": [-0.001, -0.001, -0.002]},
+                              "w", "width", "loss", log_x=True, difference=["DCA - Transformer"],
+                              difference_label="gain").to_dict()
+    by_name = {t["name"]: t for t in fig["data"]}
+    assert by_name["DCA - Transformer"]["yaxis"] == "y2" and by_name["DCA"].get("yaxis", "y") == "y"
+    assert fig["layout"]["yaxis2"]["title"]["text"] == "gain"
+    with pytest.raises(ValueError, match="difference"):
+        plots.theory_curves([1], {"a": [1.0]}, "t", "x", "y", difference=["b"])

@@ -283,8 +283,10 @@ def width_figure(m: dict) -> go.Figure:
     widths = sorted(int(key[1:].removesuffix("_dca")) for key in m if key.endswith("_dca"))
     curves = {name: [m[f"w{w}_{key}"] for w in widths]
               for name, key in (("Transformer", "transformer"), ("DCA", "dca"))}
+    curves["DCA - Transformer"] = [m[f"w{w}_dca"] - m[f"w{w}_transformer"] for w in widths]
     return plots.theory_curves(widths, curves, "Validation loss against width", "width",
-                               "validation loss (nats per character)", log_x=True)
+                               "validation loss (nats per character)", log_x=True,
+                               difference=["DCA - Transformer"], difference_label="DCA - Transformer (nats/char)")
 
 
 FIGURES = {  # claims whose measured numbers explorer.plots can draw
