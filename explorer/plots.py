@@ -53,6 +53,7 @@ __all__ = [
     "theory_curves",
     "to_html_bytes",
     "to_png_bytes",
+    "verdict_table",
 ]
 
 #: The fixed qualitative palette runs are coloured from: D3 "category10" then its ten lighter partners
@@ -828,3 +829,63 @@ def show_in(out: Any, *items: Any) -> None:
         else:
             raise ValueError(f"show_in takes plotly figures and strings, got {type(item).__name__}")
     out.outputs = tuple(outputs)
+
+
+# --------------------------------------------------------------------------- claim verdicts
+
+#: verdict -> (colour, label). "inconclusive" has its own colour, never green: the check could not
+#: decide at this scale (too few seeds, seeds disagree), which is not a claim that holds.
+VERDICT_STYLES: dict[str, tuple[str, str]] = {
+    "holds": ("#1a7f37", "holds"),
+    "does-not-hold": ("#cf222e", "does not hold at this scale"),
+    "inconclusive": ("#8250df", "inconclusive"),
+    "error": ("#6e7781", "error"),
+}
+
+
+def _cell(value: Any) -> str:
+    """A measured value as escaped text: 4 significant digits, lists and dicts spelled out."""
+    import html
+
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value)
+    if isinstance(value, Mapping):
+        return "; ".join(f"{html.escape(str(k))}: {_cell(v)}" for k, v in value.items())
+    return html.escape(str(value))
+
+
+def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) -> str:
+    """Claim results as one HTML table, the same in the notebooks and on the app's Papers page.
+
+    A row needs only "verdict"; it may have "id", "section", "measured" (name -> number), "per_seed"
+    (a list of per-seed numbers or dicts), "rule" (how the verdict was decided), "expected", "note" and
+    "seconds"; missing fields are left blank. Every text is HTML-escaped, so claim text such as
+    "||W|| < 1" shows literally. Verdicts: holds (green), does-not-hold (red), inconclusive (violet,
+    never green), error (grey); an unknown verdict shows in grey as written.
+    """
+    import html
+
+    header = (["claim"] if show_claim else []) + ["verdict", "measured", "per seed", "rule / expected", "note", "s"]
+    body = []
+    for row in rows:
+        verdict = str(row.get("verdict", "error"))
+        colour, label = VERDICT_STYLES.get(verdict, ("#6e7781", verdict))
+        measured = "<br>".join(f"<b>{html.escape(str(k))}</b>: {_cell(v)}" for k, v in (row.get("measured") or {}).items())
+        seeds = row.get("per_seed") or []
+        per_seed = "<br>".join(f"seed {i}: {_cell(v)}" for i, v in enumerate(seeds))
+        rule = "<br>".join(html.escape(str(row[k])) for k in ("rule", "expected") if row.get(k))
+        note = html.escape(str(row.get("note") or "")).split("\nTraceback", 1)[0]
+        cells = ([f"<b>{html.escape(str(row.get('id', '')))}</b><br><small>{html.escape(str(row.get('section', '')))}</small>"]
+                 if show_claim else [])
+        cells += [f"<span class='verdict verdict-{html.escape(verdict)}' style='color:{colour}'><b>{html.escape(label)}</b></span>",
+                  measured, per_seed, f"<small>{rule}</small>", f"<small>{note}</small>",
+                  _cell(row.get("seconds"))]
+        body.append("<tr>" + "".join(f"<td style='text-align:left;vertical-align:top'>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th style='text-align:left'>{h}</th>" for h in header)
+    return f"<table class='explorer-verdicts'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

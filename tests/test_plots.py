@@ -462,3 +462,22 @@ def test_a_difference_is_drawn_on_its_own_axis():
     assert fig["layout"]["yaxis2"]["title"]["text"] == "gain"
     with pytest.raises(ValueError, match="difference"):
         plots.theory_curves([1], {"a": [1.0]}, "t", "x", "y", difference=["b"])
+
+
+def test_verdict_table_shows_each_verdict_in_its_colour_and_escapes_text():
+    rows = [{"id": "a", "section": "Thm 1", "verdict": "holds", "measured": {"rate": 0.51234, "||W||": 2.0},
+             "expected": "rate < 1 and ||W|| <= 2", "note": "fine", "seconds": 1.5},
+            {"id": "b", "verdict": "inconclusive", "measured": {"gap": 0.01}, "per_seed": [0.02, -0.01, 0.01],
+             "rule": "holds when every seed's gap > 0"},
+            {"id": "c", "verdict": "does-not-hold"},
+            {"verdict": "error", "note": "ValueError: x\nTraceback (most recent call last): ..."}]
+    table = plots.verdict_table(rows)
+    assert table.count("<tr>") == 5  # a header and one row each, missing fields tolerated
+    green = plots.VERDICT_STYLES["holds"][0]
+    inconclusive = re.search(r"verdict-inconclusive' style='color:([^']+)'", table).group(1)
+    assert inconclusive != green and inconclusive == plots.VERDICT_STYLES["inconclusive"][0]
+    assert "seed 0: 0.02" in table and "seed 1: -0.01" in table
+    assert "rate</b>: 0.5123" in table
+    assert "||W|| &lt;= 2" in table and "<= 2" not in table  # text, not markup
+    assert "Traceback" not in table
+    assert "does not hold at this scale" in table
