@@ -37,6 +37,7 @@ __all__ = [
     "attention_maps",
     "coefficient_basis",
     "coefficient_heatmap",
+    "ema",
     "dead_weights",
     "export",
     "figure_bundle",
@@ -190,6 +191,16 @@ def _series(history: Sequence[Mapping[str, Any]], key: str, log_y: bool) -> tupl
     return steps, values
 
 
+def ema(values: Sequence[float], weight: float) -> list[float]:
+    """Exponential moving average with TensorBoard's debiasing: s_t = w s_{t-1} + (1 - w) v_t, shown as
+    s_t / (1 - w^t), so the first point is the first value rather than a value pulled towards 0."""
+    out, last = [], 0.0
+    for t, value in enumerate(values, start=1):
+        last = weight * last + (1.0 - weight) * float(value)
+        out.append(last / (1.0 - weight ** t))
+    return out
+
+
 def loss_curves(
     runs: Sequence[Mapping[str, Any]],
     metric: str = "loss",
@@ -198,6 +209,7 @@ def loss_curves(
     colors: Mapping[str, str] | None = None,
     show_val: bool = True,
     title: str | None = None,
+    smoothing: float = 0.0,
 ) -> go.Figure:
     """Training curves of `metric` against step, one line per run (what `Run.summary()` gives + "label").
 
@@ -208,8 +220,12 @@ def loss_curves(
     non-positive values are skipped too). A diverged run gets an "x" marker labelled "diverged at
     step N" at its divergence step, drawn at the loss it exploded to (the run's "diverged_loss")
     when that is finite, else above every plotted value, so the axis shows the explosion; its
-    legend name says "(diverged at step N)".
+    legend name says "(diverged at step N)". `smoothing` in [0, 1) draws each training curve as
+    its exponential moving average (weight `smoothing`, debiased as TensorBoard does) with the raw
+    curve faint behind it; validation curves are not smoothed.
     """
+    if not 0.0 <= float(smoothing) < 1.0:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
     if isinstance(runs, Mapping) or not isinstance(runs, Sequence) or not runs:
         raise ValueError("runs must be a non-empty list of dicts with 'label' and 'history'")
     for i, run in enumerate(runs):
@@ -239,10 +255,18 @@ def loss_curves(
         else:
             name = label
         steps, values = _series(history, metric, log_y)
+        if smoothing > 0 and values:
+            fig.add_trace(go.Scatter(
+                x=[s + shift for s in steps], y=values, customdata=steps, mode=_line_mode(values),
+                name=f"{label} (raw)", legendgroup=label, showlegend=False, opacity=0.25, line=dict(color=color),
+                hovertemplate=f"step %{{customdata}}<br>raw {metric} %{{y:{_FMT}}}<extra>{label}</extra>",
+            ))
+        shown = ema(values, smoothing) if smoothing > 0 else values
         fig.add_trace(go.Scatter(
-            x=[s + shift for s in steps], y=values, customdata=steps, mode=_line_mode(values), name=name,
+            x=[s + shift for s in steps], y=shown, customdata=steps, mode=_line_mode(values), name=name,
             legendgroup=label, line=dict(color=color),
-            hovertemplate=f"step %{{customdata}}<br>{metric} %{{y:{_FMT}}}<extra>{label}</extra>",
+            hovertemplate=(f"step %{{customdata}}<br>{metric} %{{y:{_FMT}}}"
+                           f"{' (smoothed)' if smoothing > 0 else ''}<extra>{label}</extra>"),
         ))
         val_steps, val_values = _series(history, val_key, log_y)
         if show_val and val_values:

@@ -5,8 +5,10 @@ import time
 import urllib.parse
 
 import numpy as np
+import pytest
 
 import explorer
+from explorer import plots
 from conftest import plotly_array
 
 FAST_PRESET = "idinit-fig5-idiz"  # digits, a 4-layer MLP: about a second for 20 steps
@@ -177,3 +179,40 @@ def test_the_grid_starts_from_the_train_pages_set_up(open_page):
     at.radio(key="compare-axes").set_value("depth x tau").run()
     assert at.multiselect(key="compare-depths").value == ["7"]
     assert at.button(key="compare-launch").label == "Launch 3 runs"  # depth 7 x the 3 tau rules
+
+
+def test_smoothing_axis_scales_and_the_runs_table_select_what_is_overlaid(open_page):
+    fast = explorer.preset(FAST_PRESET).with_values({"train.steps": 20, "train.log_every": 2})
+    for label, values in (("a", {}), ("b", {"topology.name": "none"}), ("c", {"optim.lr": 0.05})):
+        explorer.train(fast.with_values(values), callbacks=[explorer.StoreRecorder(label=label)])
+    stored = {record["label"]: record for record in explorer.RunStore().list()}
+    at = open_page("compare")
+    at.toggle(key="compare-all-runs").set_value(True).run()
+    assert not at.exception
+
+    # the runs table: every listed run with its spec values and final metrics
+    table = at.dataframe[0].value
+    assert sorted(table["run"]) == ["a", "b", "c"]
+    row = table.set_index("run").loc["c"]
+    assert row["lr"] == pytest.approx(0.05) and row["topology"] == fast.topology.name
+    assert row["loss"] == pytest.approx(stored["c"]["final"]["loss"])
+
+    # smoothing: the EMA over a faint raw curve
+    at.slider(key="compare-smoothing").set_value(0.6).run()
+    assert not at.exception
+    fig = charts(at)["Compare: training loss"]
+    raw = next(t for t in fig["data"] if t["name"] == "a (raw)")
+    smooth = next(t for t in fig["data"] if t["name"] == "a")
+    np.testing.assert_allclose(plotly_array(smooth["y"]), plots.ema(plotly_array(raw["y"]), 0.6))
+
+    # log / linear axes
+    assert fig["layout"]["yaxis"]["type"] == "log"
+    at.radio(key="compare-y-scale").set_value("linear").run()
+    at.radio(key="compare-x-scale").set_value("linear").run()
+    layout = charts(at)["Compare: training loss"]["layout"]
+    assert layout["yaxis"]["type"] == "linear" and layout["xaxis"]["type"] == "linear"
+
+    # the ids the table's selection callback maps rows to are the table's rows, in order (AppTest cannot tick
+    # a dataframe row: the selection itself is pressed in the browser test)
+    ids = at.session_state["compare-table-ids"]
+    assert [run_id[:8] for run_id in ids] == list(at.dataframe[0].value["id"])

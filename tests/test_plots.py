@@ -481,3 +481,18 @@ def test_verdict_table_shows_each_verdict_in_its_colour_and_escapes_text():
     assert "||W|| &lt;= 2" in table and "<= 2" not in table  # text, not markup
     assert "Traceback" not in table
     assert "does not hold at this scale" in table
+
+
+def test_loss_curves_smoothing_draws_the_ema_over_a_faint_raw_curve():
+    losses = [4.0, 1.0, 3.0, 0.5]
+    fig = plots.loss_curves([_run("r", losses)], smoothing=0.5, show_val=False)
+    raw = next(t for t in fig.data if t.name == "r (raw)")
+    main = next(t for t in fig.data if t.name == "r")
+    assert list(raw.y) == losses and raw.opacity < 1 and raw.showlegend is False
+    # hand EMA, debiased: s1 = 4; s2 = (0.5*2 + 0.5*1)/(1-0.25) = 2; s3 = (0.5*1.5 + 1.5)/(0.875)
+    s1, s2, s3 = 0.5 * 4.0, 0.5 * (0.5 * 4.0) + 0.5 * 1.0, None
+    s3 = 0.5 * s2 + 0.5 * 3.0
+    np.testing.assert_allclose(list(main.y)[:3], [s1 / 0.5, s2 / 0.75, s3 / 0.875])
+    assert [t.name for t in plots.loss_curves([_run("r", losses)], show_val=False).data] == ["r"]
+    with pytest.raises(ValueError, match="smoothing"):
+        plots.loss_curves([_run("r", losses)], smoothing=1.0)
