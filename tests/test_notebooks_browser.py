@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -50,26 +49,8 @@ def jupyterlab(root: Path, timeout: float = 90.0):
          f"--LabApp.workspaces_dir={root / '.workspaces'}", "--LabApp.expose_app_in_browser=True"],
         cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/api", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.time() > deadline:
-                output = server.stdout.read().decode(errors="replace") if server.poll() is not None else ""
-                raise RuntimeError(f"JupyterLab did not start on {url}: {output[-2000:]}")
-            time.sleep(0.5)
+    with browsing.running(server, f"{url}/api", timeout, "JupyterLab"):
         yield url
-    finally:
-        server.terminate()
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 def start_kernel(page, timeout: float = 90.0) -> None:
