@@ -295,7 +295,8 @@ def loss_curves(
     fig.update_xaxes(**(_log_axis() if log_x else dict(type="linear")), title_text=x_title)
     fig.update_yaxes(**(_log_axis(_plotted_y(fig)) if log_y else dict(type="linear")), title_text=_axis_title(metric, log_y))
     return _finish(fig, title or f"Training {metric} vs step: {_short_list(labels)}",
-                   hovermode="closest", legend=dict(title=dict(text="run")))
+                   hovermode="closest",  # legend below the plot: a long "(diverged at step N)" is not clipped
+                   legend=dict(title=dict(text="run"), orientation="h", yanchor="top", y=-0.25, x=0))
 
 
 # --------------------------------------------------------------------------- coefficients

@@ -130,6 +130,8 @@ def test_loss_curves_draws_divergence_at_the_exploded_loss():
     marker = next(t for t in fig["data"] if t["name"] == "tau: diverged")
     assert marker["y"][0] == pytest.approx(1.8e8)
     assert fig["layout"]["yaxis"]["type"] == "log" and fig["layout"]["yaxis"]["exponentformat"] == "power"
+    # the legend sits below the plot, so "tau (diverged at step 3)" is not clipped in a narrow column
+    assert fig["layout"]["legend"]["orientation"] == "h" and fig["layout"]["legend"]["y"] < 0
 
 
 def test_loss_curves_bad_input():

@@ -86,8 +86,8 @@ if spec is not None:
 # ---- what to watch -----------------------------------------------------------------------------
 left, middle, right = st.columns([2, 1, 1])
 probe_name = left.selectbox("Live probe", probe_names, key="train-probe",
-                            format_func=lambda n: f"{n}: {explorer.registry('probes').describe()[n]}",
                             help="Computed on a fixed validation batch while the run trains.")
+left.caption(explorer.registry("probes").describe()[probe_name])  # in full: the select cut it off
 probe_every = middle.number_input("probe every (steps)", min_value=1, max_value=100_000, value=50, key="train-probe-every")
 heatmap_basis = right.selectbox("Heatmap basis", ["default", *plots.COEFFICIENT_BASES], key="train-basis",
                                 help="default: the learned coefficients (own) of a learnable topology such as "
