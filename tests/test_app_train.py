@@ -7,6 +7,7 @@ import urllib.parse
 import pytest
 
 import explorer
+from conftest import plotly_array
 
 FAST = {"train.steps": 30, "train.log_every": 5, "model.depth": 6}
 
@@ -142,6 +143,14 @@ def test_a_diverging_run_is_shown_as_diverged(open_page):
     assert view.status == "diverged" and view.diverged_at == reference.diverged_at
     assert not at.exception
     assert any(f"Diverged at step {reference.diverged_at}" in w.value for w in at.warning)
+    # the progress bar says where it diverged, not "step 10 of 40" as if it were still going
+    progress = at.get("progress")[0].proto.text
+    assert f"diverged at step {reference.diverged_at}" in progress and " of 40 ·" not in progress
+    # the loss chart's divergence marker sits at the loss the run exploded to, the top of the axis
+    loss = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if ": loss" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    marker = next(t for t in loss["data"] if t["name"].endswith(": diverged"))
+    curve = [v for t in loss["data"] if not t["name"].endswith(": diverged") for v in plotly_array(t["y"]) if v == v]
+    assert marker["y"][0] >= max(curve) > 100 * curve[0]  # the explosion is on the axis
 
 
 def test_every_registry_entry_is_offered_by_the_form(open_page):
