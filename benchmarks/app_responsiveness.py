@@ -58,24 +58,32 @@ def serve(home: str | os.PathLike, port: int | None = None, timeout: float = 60.
          "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    with running(server, f"{url}/_stcore/health", timeout, "the app"):
+        yield url
+
+
+@contextlib.contextmanager
+def running(server: subprocess.Popen, ready_url: str, timeout: float, what: str):
+    """Wait until `ready_url` answers 200 (RuntimeError with the server's output if it exits or takes longer
+    than `timeout`), then hold the block; the server is terminated when the block ends."""
     try:
         deadline = time.time() + timeout
         while True:
             try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
+                with urllib.request.urlopen(ready_url, timeout=2) as reply:
                     if reply.status == 200:
                         break
             except OSError:
                 pass
             if server.poll() is not None or time.time() > deadline:
                 output = server.stdout.read().decode(errors="replace") if server.poll() is not None else ""
-                raise RuntimeError(f"the app did not start on {url}: {output[-2000:]}")
+                raise RuntimeError(f"{what} did not start on {ready_url}: {output[-2000:]}")
             time.sleep(0.25)
-        yield url
+        yield
     finally:
         server.terminate()
         try:
-            server.wait(10)
+            server.wait(15)
         except subprocess.TimeoutExpired:
             server.kill()
 

@@ -35,27 +35,40 @@ from plotly.subplots import make_subplots
 __all__ = [
     "PALETTE",
     "attention_maps",
+    "coefficient_basis",
     "coefficient_heatmap",
+    "ema",
+    "dead_weights",
     "export",
+    "figure_bundle",
     "log_singular_value_histograms",
     "loss_curves",
+    "notebook_mode",
     "norms_by_layer",
     "pca_grid",
     "probe_figures",
     "rank_plot",
     "run_colors",
+    "show_in",
     "spectra",
     "theory_curves",
     "to_html_bytes",
     "to_png_bytes",
+    "verdict_table",
 ]
 
-#: The fixed qualitative palette runs are coloured from (D3 "category10"), cycled when there
-#: are more than ten runs. Hard-coded so colours do not change with the plotly version.
+#: The fixed qualitative palette runs are coloured from: D3 "category10" then its ten lighter partners
+#: ("tab20"), so a figure of up to 20 lines (e.g. 12 weight spectra) repeats no colour; cycled beyond.
+#: Hard-coded so colours do not change with the plotly version.
 PALETTE: tuple[str, ...] = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5",
+    "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
 )
+#: Singular values below NUMERICAL_ZERO x the largest one are numerical zeros (float32 round-off):
+#: spectra draw them on a floor at that level, with a note, instead of stretching the axis to 1e-50.
+NUMERICAL_ZERO = float(np.finfo(np.float32).eps)
 TEMPLATE = "plotly_white"
 _FMT = ".6g"  # hover number format: enough digits to read the exact value
 PNG_FIX = (
@@ -94,6 +107,23 @@ def _resolve_colors(labels: Sequence[str], colors: Mapping[str, str] | None) -> 
 
 def _axis_title(text: str, log: bool) -> str:
     return f"{text} (log scale)" if log else text
+
+
+def _log_axis(values: Any = None) -> dict[str, Any]:
+    """The one log-axis style: labels at powers of ten written as 10^k (no "8 9 1" minor labels, no SI
+    prefixes such as "100n"); an axis spanning less than a decade also labels 2 and 5 times them."""
+    style = dict(type="log", exponentformat="power", showexponent="all", minor=dict(showgrid=True))
+    arr = np.asarray([v for v in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(v) and v > 0]) \
+        if values is not None else np.array([])
+    if arr.size and np.log10(arr.max() / arr.min()) < 1.0:
+        style["dtick"] = "D2"
+    else:
+        style["dtick"] = 1
+    return style
+
+
+def _plotted_y(fig: go.Figure) -> list[float]:
+    return [float(v) for t in fig.data if getattr(t, "y", None) is not None for v in t.y if _number(v) is not None]
 
 
 def _line_mode(values: Sequence[Any]) -> str:
@@ -161,14 +191,14 @@ def _series(history: Sequence[Mapping[str, Any]], key: str, log_y: bool) -> tupl
     return steps, values
 
 
-def _divergence_y(history: Sequence[Mapping[str, Any]], metric: str, step: int, log_y: bool) -> float | None:
-    """Where to draw the divergence marker: the metric at that step if logged and finite, else the
-    last plotted value before it, else the first plotted value; None when nothing was plotted."""
-    steps, values = _series(history, metric, log_y)
-    if not values:
-        return None
-    before = [v for s, v in zip(steps, values) if s <= step]
-    return before[-1] if before else values[0]
+def ema(values: Sequence[float], weight: float) -> list[float]:
+    """Exponential moving average with TensorBoard's debiasing: s_t = w s_{t-1} + (1 - w) v_t, shown as
+    s_t / (1 - w^t), so the first point is the first value rather than a value pulled towards 0."""
+    out, last = [], 0.0
+    for t, value in enumerate(values, start=1):
+        last = weight * last + (1.0 - weight) * float(value)
+        out.append(last / (1.0 - weight ** t))
+    return out
 
 
 def loss_curves(
@@ -179,6 +209,7 @@ def loss_curves(
     colors: Mapping[str, str] | None = None,
     show_val: bool = True,
     title: str | None = None,
+    smoothing: float = 0.0,
 ) -> go.Figure:
     """Training curves of `metric` against step, one line per run (what `Run.summary()` gives + "label").
 
@@ -186,10 +217,15 @@ def loss_curves(
     `show_val`). Step 0 cannot sit on a log-x axis, so with `log_x` every point is drawn at
     step + 1 (the axis title says so; hover shows the true step) rather than dropping the
     initial loss. Missing and non-finite values are skipped, not drawn as 0 (on a log-y axis
-    non-positive values are skipped too). A diverged run gets an "x" marker at its divergence
-    step (at the last finite value logged up to then, since the value at that step is usually
-    not finite) and "(diverged at step N)" in its legend name.
+    non-positive values are skipped too). A diverged run gets an "x" marker labelled "diverged at
+    step N" at its divergence step, drawn at the loss it exploded to (the run's "diverged_loss")
+    when that is finite, else above every plotted value, so the axis shows the explosion; its
+    legend name says "(diverged at step N)". `smoothing` in [0, 1) draws each training curve as
+    its exponential moving average (weight `smoothing`, debiased as TensorBoard does) with the raw
+    curve faint behind it; validation curves are not smoothed.
     """
+    if not 0.0 <= float(smoothing) < 1.0:
+        raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
     if isinstance(runs, Mapping) or not isinstance(runs, Sequence) or not runs:
         raise ValueError("runs must be a non-empty list of dicts with 'label' and 'history'")
     for i, run in enumerate(runs):
@@ -204,6 +240,7 @@ def loss_curves(
     shift = 1 if log_x else 0
     val_key = f"val_{metric}"
     fig = go.Figure()
+    diverged = []  # (label, colour, step, loss at divergence if known)
     for label, run in zip(labels, runs):
         history = run["history"]
         color = palette[label]
@@ -218,10 +255,18 @@ def loss_curves(
         else:
             name = label
         steps, values = _series(history, metric, log_y)
+        if smoothing > 0 and values:
+            fig.add_trace(go.Scatter(
+                x=[s + shift for s in steps], y=values, customdata=steps, mode=_line_mode(values),
+                name=f"{label} (raw)", legendgroup=label, showlegend=False, opacity=0.25, line=dict(color=color),
+                hovertemplate=f"step %{{customdata}}<br>raw {metric} %{{y:{_FMT}}}<extra>{label}</extra>",
+            ))
+        shown = ema(values, smoothing) if smoothing > 0 else values
         fig.add_trace(go.Scatter(
-            x=[s + shift for s in steps], y=values, customdata=steps, mode=_line_mode(values), name=name,
+            x=[s + shift for s in steps], y=shown, customdata=steps, mode=_line_mode(values), name=name,
             legendgroup=label, line=dict(color=color),
-            hovertemplate=f"step %{{customdata}}<br>{metric} %{{y:{_FMT}}}<extra>{label}</extra>",
+            hovertemplate=(f"step %{{customdata}}<br>{metric} %{{y:{_FMT}}}"
+                           f"{' (smoothed)' if smoothing > 0 else ''}<extra>{label}</extra>"),
         ))
         val_steps, val_values = _series(history, val_key, log_y)
         if show_val and val_values:
@@ -231,24 +276,44 @@ def loss_curves(
                 hovertemplate=f"step %{{customdata}}<br>{val_key} %{{y:{_FMT}}}<extra>{label}</extra>",
             ))
         if status == "diverged" and diverged_at is not None:
-            y = _divergence_y(history, metric, int(diverged_at), log_y)
-            if y is None:  # nothing finite to anchor to: use any plotted value, else 1
-                y = next((float(v) for t in fig.data if t.y is not None for v in t.y), 1.0)
-            fig.add_trace(go.Scatter(
-                x=[int(diverged_at) + shift], y=[y], customdata=[int(diverged_at)], mode="markers",
-                name=f"{label}: diverged", legendgroup=label, showlegend=False,
-                marker=dict(symbol="x", size=14, color=color, line=dict(width=1, color=color)),
-                hovertemplate=(f"diverged at step %{{customdata}}<br>last finite {metric} "
-                               f"%{{y:{_FMT}}}<extra>{label}</extra>"),
-            ))
+            diverged.append((label, color, int(diverged_at), _number(run.get("diverged_loss"))))
+    plotted = _plotted_y(fig)
+    top = max(plotted) if plotted else 1.0
+    for label, color, step, exploded in diverged:
+        # at the value the loss exploded to when it is known and finite, else above everything plotted:
+        # the marker sits at the top of the axis, where the explosion went, never among the plotted losses
+        y = exploded if exploded is not None and (not log_y or exploded > 0) else (top * 10 if log_y else top * 1.5 + 1)
+        what = f"{metric} {y:.4g}" if exploded is not None else f"{metric} non-finite or past diverge_factor"
+        fig.add_trace(go.Scatter(
+            x=[step + shift], y=[y], customdata=[step], mode="markers+text", text=[f"diverged at step {step}"],
+            textposition="bottom right", textfont=dict(color=color),
+            name=f"{label}: diverged", legendgroup=label, showlegend=False,
+            marker=dict(symbol="x", size=14, color=color, line=dict(width=1, color=color)),
+            hovertemplate=f"diverged at step %{{customdata}}<br>{what}<extra>{label}</extra>",
+        ))
     x_title = "step + 1 (log scale; step 0 drawn at 1)" if log_x else "step"
-    fig.update_xaxes(type="log" if log_x else "linear", title_text=x_title)
-    fig.update_yaxes(type="log" if log_y else "linear", title_text=_axis_title(metric, log_y))
+    fig.update_xaxes(**(_log_axis() if log_x else dict(type="linear")), title_text=x_title)
+    fig.update_yaxes(**(_log_axis(_plotted_y(fig)) if log_y else dict(type="linear")), title_text=_axis_title(metric, log_y))
     return _finish(fig, title or f"Training {metric} vs step: {_short_list(labels)}",
-                   hovermode="closest", legend=dict(title=dict(text="run")))
+                   hovermode="closest",  # legend below the plot: a long "(diverged at step N)" is not clipped
+                   legend=dict(title=dict(text="run"), orientation="h", yanchor="top", y=-0.25, x=0))
 
 
 # --------------------------------------------------------------------------- coefficients
+
+
+COEFFICIENT_BASES = ("unrolled", "own", "log_ratio")
+
+
+def coefficient_basis(result: Mapping[str, Any], basis: str = "default") -> str:
+    """Which matrix of a coefficients-probe result to draw: `basis` itself, or for "default" the learned
+    coefficients (`own`) of a learnable topology (ANCRe, GRN, DCA, learnable tau), whose unrolled view
+    is all ones by construction and hides what was learned, and `unrolled` otherwise."""
+    if basis != "default":
+        if basis not in COEFFICIENT_BASES:
+            raise ValueError(f"basis must be 'default' or one of {', '.join(COEFFICIENT_BASES)}, got {basis!r}")
+        return basis
+    return "own" if bool(np.asarray(result.get("learnable", False))) else "unrolled"
 
 
 def coefficient_heatmap(
@@ -327,14 +392,52 @@ def spectra(
     title: str,
     log_y: bool = True,
     colors: Mapping[str, str] | None = None,
+    zero: float = NUMERICAL_ZERO,
 ) -> go.Figure:
     """Singular-value spectra, one line per label: index i (1 = largest) on x, sigma_i on y.
 
-    The arrays are drawn as given (they should be sorted descending); zeros vanish on a log-y axis.
+    The arrays are drawn as given (they should be sorted descending). Values below `zero` x the
+    largest singular value of their curve are numerical zeros: on a log axis they are drawn on a
+    dotted floor at that level (open markers, hover gives the true value) and a note says how many,
+    so round-off (1e-20, 1e-54) does not squash the useful range.
     """
-    fig, _ = _indexed_lines(curves, colors, "i = %{x}<br>σ_i =", marker=dict(size=4))
+    data = _curve_dict("curves", curves)
+    palette = _resolve_colors(list(data), colors)
+    fig = go.Figure()
+    zeros, floors = 0, []
+    for label, y in data.items():
+        x = np.arange(1, y.size + 1)
+        finite = y[np.isfinite(y)]
+        top = float(np.abs(finite).max()) if finite.size else 0.0
+        floor = zero * top if log_y and top > 0 else None  # each matrix's own sigma_max
+        low = (~np.isfinite(y) | (y < floor)) if floor is not None else np.zeros(y.size, bool)
+        if low.any():
+            floors.append(floor)
+        zeros += int(low.sum())
+        fig.add_trace(go.Scatter(
+            x=x, y=np.where(low, np.nan, y), mode="lines+markers", name=label, legendgroup=label,
+            line=dict(color=palette[label]), marker=dict(size=4),
+            hovertemplate=f"i = %{{x}}<br>σ_i = %{{y:{_FMT}}}<extra>{label}</extra>",
+        ))
+        if low.any():
+            fig.add_trace(go.Scatter(
+                x=x[low], y=np.full(int(low.sum()), floor), customdata=y[low], mode="markers", legendgroup=label,
+                name=f"{label}: numerical zeros", showlegend=False,
+                marker=dict(size=6, symbol="circle-open", color=palette[label]),
+                hovertemplate=f"i = %{{x}}<br>σ_i = %{{customdata:{_FMT}}} (numerical zero)<extra>{label}</extra>",
+            ))
     fig.update_xaxes(title_text="index i (1 = largest singular value)")
-    fig.update_yaxes(type="log" if log_y else "linear", title_text=_axis_title("singular value σ_i", log_y))
+    if log_y:
+        fig.update_yaxes(**_log_axis(_plotted_y(fig)), title_text=_axis_title("singular value σ_i", True))
+    else:
+        fig.update_yaxes(type="linear", title_text="singular value σ_i")
+    if zeros:
+        for floor in sorted(set(floors)):
+            fig.add_hline(y=floor, line=dict(color="#7f7f7f", dash="dot", width=1))
+        fig.add_annotation(xref="paper", yref="y", x=1.0, y=math.log10(min(floors)), yshift=10, xanchor="right",
+                           showarrow=False, font=dict(size=11, color="#555"),
+                           text=f"{zeros} numerical zero(s): σ < {zero:.1e} × σ_max of their matrix, "
+                                "drawn on a dotted floor")
     return _finish(fig, title)
 
 
@@ -394,7 +497,8 @@ def norms_by_layer(
     fig.update_xaxes(title_text="block (1 = first)")
     if max(y.size for y in data.values()) <= 24:
         fig.update_xaxes(tick0=1, dtick=1)  # one tick per block when they fit
-    fig.update_yaxes(type="log" if log_y else "linear", title_text=_axis_title(ylabel, log_y))
+    fig.update_yaxes(**(_log_axis(_plotted_y(fig)) if log_y else dict(type="linear")),
+                     title_text=_axis_title(ylabel, log_y))
     return _finish(fig, title)
 
 
@@ -425,6 +529,23 @@ def rank_plot(names: Sequence[str], ranks: Sequence[Any], full_ranks: Sequence[A
     fig.update_xaxes(title_text="weight matrix", type="category")
     fig.update_yaxes(title_text="rank (number of singular values)")
     return _finish(fig, title, barmode="overlay")
+
+
+def dead_weights(names: Sequence[str], dead: Sequence[Any], total: Sequence[Any], title: str) -> go.Figure:
+    """Bars of the fraction of each weight matrix's entries whose loss gradient is exactly zero (the dead
+    probe, IDInit Fig. 5); hover gives the counts. The y axis says "dead weights", never "rank"."""
+    names = [str(n) for n in names]
+    dead, total = _vector("dead", dead), _vector("total", total)
+    if not names or dead.size != len(names) or total.size != len(names):
+        raise ValueError(f"names, dead and total must have one entry per matrix, got {len(names)}, {dead.size}, "
+                         f"{total.size}")
+    fraction = np.divide(dead, total, out=np.zeros(len(names)), where=total > 0)
+    fig = go.Figure(go.Bar(x=names, y=fraction, marker=dict(color=PALETTE[3]), name="dead weights",
+                           customdata=np.stack([dead, total], axis=1),
+                           hovertemplate="%{x}<br>%{customdata[0]} of %{customdata[1]} dead (%{y:.1%})<extra></extra>"))
+    fig.update_xaxes(title_text="weight matrix", type="category")
+    fig.update_yaxes(title_text="dead weights (fraction with zero gradient)", range=[0, 1], tickformat=".0%")
+    return _finish(fig, title)
 
 
 # --------------------------------------------------------------------------- image grids
@@ -518,22 +639,50 @@ def theory_curves(
     log_x: bool = False,
     log_y: bool = False,
     colors: Mapping[str, str] | None = None,
+    difference: Sequence[str] = (),
+    difference_label: str = "difference",
 ) -> go.Figure:
-    """Closed-form results as lines over a shared x (label -> y array of the same length as x)."""
+    """Closed-form results as lines over a shared x (label -> y array of the same length as x).
+
+    Curves named in `difference` (e.g. "DCA - Transformer") are drawn in a panel of their own below,
+    on their own linear axis `difference_label` with a zero line: a gain of 0.001 on the losses' axis
+    would read as a flat line at zero.
+    """
     xs = _vector("x", x)
     data = _curve_dict("curves", curves)
     for label, y in data.items():
         if y.size != xs.size:
             raise ValueError(f"curves[{label!r}] has {y.size} values for {xs.size} x values")
+    unknown = [d for d in difference if d not in data]
+    if unknown:
+        raise ValueError(f"difference names curves that are not given: {unknown}")
     palette = _resolve_colors(list(data), colors)
-    fig = go.Figure()
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.68, 0.32], vertical_spacing=0.08) \
+        if difference else go.Figure()
+    main = [label for label in data if label not in difference]
     for label, y in data.items():
-        fig.add_trace(go.Scatter(
-            x=xs, y=y, mode="lines", name=label, line=dict(color=palette[label]),
-            hovertemplate=f"{xlabel} %{{x:{_FMT}}}<br>{ylabel} %{{y:{_FMT}}}<extra>{label}</extra>",
-        ))
-    fig.update_xaxes(type="log" if log_x else "linear", title_text=_axis_title(xlabel, log_x))
-    fig.update_yaxes(type="log" if log_y else "linear", title_text=_axis_title(ylabel, log_y))
+        trace = go.Scatter(
+            x=xs, y=y, mode="lines+markers" if label in difference else "lines", name=label,
+            line=dict(color=palette[label]),
+            hovertemplate=f"{xlabel} %{{x:{_FMT}}}<br>{ylabel if label in main else difference_label} "
+                          f"%{{y:{_FMT}}}<extra>{label}</extra>",
+        )
+        if difference:
+            fig.add_trace(trace, row=2 if label in difference else 1, col=1)
+        else:
+            fig.add_trace(trace)
+    main_y = [v for label in main for v in data[label] if math.isfinite(v)]
+    x_style = _log_axis(xs) if log_x else dict(type="linear")
+    if difference:
+        fig.update_xaxes(**x_style)
+        fig.update_xaxes(title_text=_axis_title(xlabel, log_x), row=2, col=1)
+        fig.update_yaxes(**(_log_axis(main_y) if log_y else dict(type="linear")),
+                         title_text=_axis_title(ylabel, log_y), row=1, col=1)
+        fig.update_yaxes(type="linear", title_text=difference_label, zeroline=True, zerolinecolor="#999",
+                         row=2, col=1)
+        return _finish(fig, title, height=520)
+    fig.update_xaxes(**x_style, title_text=_axis_title(xlabel, log_x))
+    fig.update_yaxes(**(_log_axis(main_y) if log_y else dict(type="linear")), title_text=_axis_title(ylabel, log_y))
     return _finish(fig, title)
 
 
@@ -545,7 +694,8 @@ def probe_figures(name: str, result: Mapping[str, Any], label: str = "") -> list
 
     jacobian: input-output Jacobian spectra (first inputs); weights: spectra and numerical ranks of
     every weight matrix; norms: relative norms by block; dead: dead-weight fraction per matrix;
-    attention: attention maps (layers x heads); coefficients: the unrolled shortcut heatmap;
+    attention: attention maps (layers x heads); coefficients: the shortcut heatmap (learned
+    coefficients for a learnable topology, else unrolled; `coefficient_basis`);
     param-jacobian: parameter- and input-Jacobian spectra; pca: PCA feature maps per block and
     the dense-probe mIoU per block. `label` (e.g. the run's name) prefixes each title.
     """
@@ -565,19 +715,15 @@ def probe_figures(name: str, result: Mapping[str, Any], label: str = "") -> list
         curves = {"output ||y_l|| / ||x_0||": r["relative_output_norm"], "input ||in_l|| / ||x_0||": r["relative_input_norm"]}
         return [norms_by_layer(curves, f"{head}norms by block, relative to the embedded input", log_y=True)]
     if name == "dead":
-        names = [str(n) for n in r["names"]]
-        fraction = np.divide(r["dead_weights"], r["total_weights"], out=np.zeros(len(names)), where=r["total_weights"] > 0)
-        fig = go.Figure(go.Bar(x=names, y=fraction, marker=dict(color=PALETTE[3]),
-                               customdata=np.stack([r["dead_weights"], r["total_weights"]], axis=1),
-                               hovertemplate="%{x}<br>%{customdata[0]} of %{customdata[1]} dead (%{y:.1%})<extra></extra>"))
-        fig.update_xaxes(title_text="weight matrix", type="category")
-        fig.update_yaxes(title_text="fraction with zero gradient", range=[0, 1])
-        return [_finish(fig, f"{head}dead weights (entries whose loss gradient is exactly 0)")]
+        return [dead_weights([str(n) for n in r["names"]], r["dead_weights"], r["total_weights"],
+                             f"{head}dead weights (entries whose loss gradient is exactly 0)")]
     if name == "attention":
         return [attention_maps(r["maps"], f"{head}attention maps (rows: layers, columns: heads; "
                                           f"mean κ = {np.nanmean(r['kappa']):.3g})")]
     if name == "coefficients":
-        return [coefficient_heatmap(r["unrolled"], f"{head}shortcut coefficients (unrolled: who feeds whom)")]
+        basis = coefficient_basis(r)
+        what = "learned coefficients (own basis)" if basis == "own" else "unrolled: who feeds whom"
+        return [coefficient_heatmap(r[basis], f"{head}shortcut coefficients ({what})")]
     if name == "param-jacobian":
         curves = {"parameter Jacobian": r["param_singular_values"], "input Jacobian": r["input_singular_values"]}
         return [spectra(curves, f"{head}sub-block Jacobian spectra (κ params {float(r['param_kappa']):.3g}, "
@@ -636,3 +782,135 @@ def export(fig: go.Figure, path: str | Path) -> Path:
     else:
         raise ValueError(f"path must end with .html or .png, got {str(path)!r}")
     return path
+
+
+# --------------------------------------------------------------------------- notebooks
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+RENDERER = "explorer"  # the plotly renderer `notebook_mode()` registers and makes the default
+
+
+def figure_bundle(fig: go.Figure) -> dict[str, Any]:
+    """The MIME bundle a notebook output of `fig` carries: plotly's JSON and an HTML fallback.
+
+    JupyterLab draws the plotly JSON (interactive, with the jupyterlab-plotly renderer); an export
+    (`jupyter nbconvert --to html`, the notebooks' static site) or a code host that only knows
+    HTML uses `text/html`: the figure's div and the script that draws it, without plotly.js
+    itself, which `notebook_mode()` puts in the notebook once.
+    """
+    from plotly.io import to_html
+    from plotly.io.base_renderers import PlotlyRenderer
+
+    fig_dict = fig.to_dict() if isinstance(fig, go.Figure) else dict(fig)
+    bundle = PlotlyRenderer().to_mimebundle(dict(fig_dict))
+    bundle["text/html"] = to_html(fig_dict, include_plotlyjs=False, include_mathjax=False, full_html=False,
+                                  default_width="100%", default_height=525, validate=False)
+    return bundle
+
+
+def _plotly_js_once() -> None:
+    """Display plotly.js inline (no CDN) in the current cell: the HTML fallbacks draw with it."""
+    from IPython.display import HTML, display
+    from plotly.offline import get_plotlyjs
+
+    display(HTML("<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>"
+                 f"<script type=\"text/javascript\">{get_plotlyjs()}</script>"))
+
+
+def notebook_mode() -> None:
+    """Make every figure a notebook shows survive export (call once, in a notebook's first cell).
+
+    Registers and selects the plotly renderer `RENDERER`, whose output carries both plotly's JSON
+    and an HTML fallback (`figure_bundle`), and shows plotly.js once, inline, in the calling cell,
+    so an exported notebook draws its figures offline. Without it `fig.show()` writes the plotly
+    JSON alone, which `nbconvert --to html` and code hosts drop.
+    """
+    import plotly.io as pio
+    from plotly.io.base_renderers import MimetypeRenderer
+
+    class _Renderer(MimetypeRenderer):
+        def to_mimebundle(self, fig_dict):
+            return figure_bundle(go.Figure(fig_dict, skip_invalid=True))
+
+    pio.renderers[RENDERER] = _Renderer()
+    pio.renderers.default = RENDERER
+    _plotly_js_once()
+
+
+def show_in(out: Any, *items: Any) -> None:
+    """Replace what an `ipywidgets.Output` shows with `items` (figures and strings), in order.
+
+    The widget's outputs are set directly (a figure as `figure_bundle`, a string as text), so the
+    figure redraws in JupyterLab (where `out.append_display_data(fig)` left an empty entry: a
+    plotly figure displays itself in the running cell instead) and under nbclient (where
+    `with out:` capture can stall the cell, jupyter/nbclient#312).
+    """
+    outputs = []
+    for item in items:
+        if isinstance(item, str):
+            outputs.append({"output_type": "stream", "name": "stdout", "text": item if item.endswith("\n") else item + "\n"})
+        elif isinstance(item, go.Figure):
+            outputs.append({"output_type": "display_data", "data": figure_bundle(item), "metadata": {}})
+        else:
+            raise ValueError(f"show_in takes plotly figures and strings, got {type(item).__name__}")
+    out.outputs = tuple(outputs)
+
+
+# --------------------------------------------------------------------------- claim verdicts
+
+#: verdict -> (colour, label). "inconclusive" has its own colour, never green: the check could not
+#: decide at this scale (too few seeds, seeds disagree), which is not a claim that holds.
+VERDICT_STYLES: dict[str, tuple[str, str]] = {
+    "holds": ("#1a7f37", "holds"),
+    "does-not-hold": ("#cf222e", "does not hold at this scale"),
+    "inconclusive": ("#8250df", "inconclusive"),
+    "error": ("#6e7781", "error"),
+}
+
+
+def _cell(value: Any) -> str:
+    """A measured value as escaped text: 4 significant digits, lists and dicts spelled out."""
+    import html
+
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(_cell(v) for v in value)
+    if isinstance(value, Mapping):
+        return "; ".join(f"{html.escape(str(k))}: {_cell(v)}" for k, v in value.items())
+    return html.escape(str(value))
+
+
+def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) -> str:
+    """Claim results as one HTML table, the same in the notebooks and on the app's Papers page.
+
+    A row needs only "verdict"; it may have "id", "section", "measured" (name -> number), "per_seed"
+    (a list of per-seed numbers or dicts), "rule" (how the verdict was decided), "expected", "note" and
+    "seconds"; missing fields are left blank. Every text is HTML-escaped, so claim text such as
+    "||W|| < 1" shows literally. Verdicts: holds (green), does-not-hold (red), inconclusive (violet,
+    never green), error (grey); an unknown verdict shows in grey as written.
+    """
+    import html
+
+    header = (["claim"] if show_claim else []) + ["verdict", "measured", "per seed", "rule / expected", "note", "s"]
+    body = []
+    for row in rows:
+        verdict = str(row.get("verdict", "error"))
+        colour, label = VERDICT_STYLES.get(verdict, ("#6e7781", verdict))
+        measured = "<br>".join(f"<b>{html.escape(str(k))}</b>: {_cell(v)}" for k, v in (row.get("measured") or {}).items())
+        seeds = row.get("per_seed") or []
+        per_seed = "<br>".join(f"seed {i}: {_cell(v)}" for i, v in enumerate(seeds))
+        rule = "<br>".join(html.escape(str(row[k])) for k in ("rule", "expected") if row.get(k))
+        note = html.escape(str(row.get("note") or "")).split("\nTraceback", 1)[0]
+        cells = ([f"<b>{html.escape(str(row.get('id', '')))}</b><br><small>{html.escape(str(row.get('section', '')))}</small>"]
+                 if show_claim else [])
+        cells += [f"<span class='verdict verdict-{html.escape(verdict)}' style='color:{colour}'><b>{html.escape(label)}</b></span>",
+                  measured, per_seed, f"<small>{rule}</small>", f"<small>{note}</small>",
+                  _cell(row.get("seconds"))]
+        body.append("<tr>" + "".join(f"<td style='text-align:left;vertical-align:top'>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th style='text-align:left'>{h}</th>" for h in header)
+    return f"<table class='explorer-verdicts'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"

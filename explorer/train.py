@@ -54,6 +54,7 @@ class Run:
     history: list[dict[str, float]] = field(default_factory=list)
     steps_done: int = 0
     diverged_at: int | None = None
+    diverged_loss: float | None = None  # the loss at `diverged_at` (inf or nan when it was not finite)
     wall_time: float = 0.0
     probe_history: list[dict[str, Any]] = field(default_factory=list)  # {"step", "name", "result"}, in order
     _state: Callable[[], dict] | None = field(default=None, repr=False)
@@ -76,6 +77,7 @@ class Run:
             "status": self.status,
             "steps": self.steps_done,
             "diverged_at": self.diverged_at,
+            "diverged_loss": _finite(self.diverged_loss),
             "final_loss": _finite(final.get("loss")),
             "final_val_loss": _finite(final.get("val_loss")),
             "final_val_accuracy": _finite(final.get("val_accuracy")),
@@ -252,6 +254,7 @@ def train(
         bad = ~torch.isfinite(window) | (window > cfg.diverge_factor * max(first, 1e-12))
         if bool(bad.any()):
             run.diverged_at = checked + int(bad.nonzero()[0])
+            run.diverged_loss = float(losses[run.diverged_at])
             run.status = "diverged"
         checked = step + 1
         row = {"step": step, "loss": float(losses[step]), "time": time.perf_counter() - start}

@@ -32,7 +32,9 @@ def test_probes_read_the_stored_weights(open_page):
     assert f"mean chi {expected['chi'].mean():.4g}" in [c.value for c in at.caption]
     spectra = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
     first = next(s for s in spectra if "Jacobian spectrum" in s["layout"]["title"]["text"])
-    assert np.allclose(plotly_array(first["data"][0]["y"]), expected["singular_values"][0], rtol=1e-5)
+    y = plotly_array(first["data"][0]["y"])  # numerical zeros (NaN here) are drawn on a floor by another trace
+    assert np.isfinite(y).sum() > 0
+    assert np.allclose(y[np.isfinite(y)], expected["singular_values"][0][np.isfinite(y)], rtol=1e-5)
     assert any("norms by block" in s["layout"]["title"]["text"] for s in spectra)
 
 
@@ -55,6 +57,7 @@ def test_recorded_probes_can_be_scrubbed_by_step(open_page):
     assert [int(s) for s in steps] == sorted({row["step"] for row in run.probe_history})
     at.select_slider(key="inside-recorded-step").set_value(steps[0]).run()
     heatmap = json.loads(at.get("plotly_chart")[-1].proto.spec)
-    first = next(row["result"]["unrolled"] for row in run.probe_history if row["step"] == int(steps[0]))
+    # ANCRe learns its coefficients: the heatmap shows them (own basis), not the all-ones unrolled view
+    first = next(row["result"]["own"] for row in run.probe_history if row["step"] == int(steps[0]))
     z = plotly_array(heatmap["data"][0]["z"])
     assert np.allclose(np.nan_to_num(z), np.nan_to_num(np.where(np.tril(np.ones_like(first)) > 0, first, np.nan)))

@@ -8,6 +8,7 @@ import pytest
 import streamlit as st
 
 import explorer
+from explorer import plots
 from explorer.papers import claims as claims_module
 from explorer.papers.claims import Verdict, claims
 from explorer_app import state
@@ -54,6 +55,11 @@ def test_each_paper_section_renders_with_its_equations_claims_and_presets(open_p
     assert not badges(at)  # nothing has run yet
 
 
+def table_seconds(table: str) -> float:
+    """The seconds column of a one-row verdict table (the timing differs from run to run)."""
+    return float(re.findall(r"<td[^>]*>([0-9.]+)</td></tr>", table)[-1])
+
+
 def test_run_this_claim_shows_the_verdict_and_numbers_claim_run_gives(open_page):
     paper, claim_id = FAST_CLAIM
     expected = claim_of(paper, claim_id).run(fast=True)
@@ -63,8 +69,10 @@ def test_run_this_claim_shows_the_verdict_and_numbers_claim_run_gives(open_page)
     assert verdicts_shown(at) == [BADGES[expected["verdict"]]]
     [badge] = badges(at)
     assert "fast mode" in badge
-    shown = dict(zip(at.dataframe[0].value["quantity"], at.dataframe[0].value["value"]))
-    assert shown == {key: f"{value:.4g}" for key, value in expected["measured"].items()}
+    [table] = [element.proto.body for element in at.get("html")]  # explorer.plots.verdict_table, as in the notebooks
+    assert table == plots.verdict_table([{**expected, "seconds": table_seconds(table)}], show_claim=False)
+    for key, value in expected["measured"].items():
+        assert f"<b>{key}</b>: {value:.4g}" in table
     assert at.get("progress")[0].proto.value == 100
     at.run()  # kept in the session across reruns
     assert badges(at) == [badge]

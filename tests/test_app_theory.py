@@ -37,12 +37,28 @@ def page(open_page):
     return at
 
 
+SECTION_CHARTS = {"DCA: gain bounds": CHARTS[:4], "τ: norm growth with depth": CHARTS[4:6],
+                  "Cutting the Skip: softmax conditioning": CHARTS[6:]}
+
+
+def show(at, section: str):
+    """Open one section of the page (only the chosen one is computed)."""
+    at.radio(key="theory-section").set_value(section).run()
+    assert not at.exception
+    return at
+
+
 def test_page_renders_every_chart_without_messages(page):
-    drawn = [c.proto.id for c in page.get("plotly_chart")]
-    for key in CHARTS:
-        assert sum(i.endswith(f"chart-{key}") for i in drawn) == 1, key
-    assert not page.error and not page.warning
-    assert len(page.get("latex")) >= 6  # the formulas of each section
+    latex = 0
+    for section, keys in SECTION_CHARTS.items():
+        show(page, section)
+        drawn = [c.proto.id for c in page.get("plotly_chart")]
+        assert len(drawn) == len(keys)  # the other sections are not computed
+        for key in keys:
+            assert sum(i.endswith(f"chart-{key}") for i in drawn) == 1, key
+        assert not page.error and not page.warning
+        latex += len(page.get("latex"))
+    assert latex >= 6  # the formulas of each section
 
 
 def test_dca_d_slider_moves_gain_bounds_and_table(page):
@@ -110,6 +126,7 @@ def test_figure5_is_the_library_figure(page):
 
 
 def test_tau_depth_rule_and_activation_move_the_prediction(page):
+    show(page, 'τ: norm growth with depth')
     page.slider(key="theory-tau-depth").set_value(50).run()
     page.radio(key="theory-tau-rule").set_value("1/L^0.25").run()
     assert not page.exception
@@ -135,6 +152,7 @@ def test_tau_depth_rule_and_activation_move_the_prediction(page):
 
 
 def test_tau_overflow_warns_and_names_the_sliders(page):
+    show(page, 'τ: norm growth with depth')
     page.radio(key="theory-tau-rule").set_value("a number").run()
     page.slider(key="theory-tau-value").set_value(2.0).run()
     page.slider(key="theory-tau-depth").set_value(1000).run()
@@ -145,6 +163,7 @@ def test_tau_overflow_warns_and_names_the_sliders(page):
 
 
 def test_tau_real_network_lies_between_the_bounds(page):
+    show(page, 'τ: norm growth with depth')
     page.slider(key="theory-tau-depth").set_value(400).run()
     assert page.button(key="theory-tau-check").disabled  # too deep to build on every click
     page.slider(key="theory-tau-depth").set_value(10).run()
@@ -159,6 +178,7 @@ def test_tau_real_network_lies_between_the_bounds(page):
 
 
 def test_softmax_chart_follows_explorer(page):
+    show(page, 'Cutting the Skip: softmax conditioning')
     page.slider(key="theory-skip-n").set_value(12).run()
     page.slider(key="theory-skip-beta").set_value(3.0).run()
     page.select_slider(key="theory-skip-temperature").set_value(0.5).run()
@@ -180,6 +200,7 @@ def test_softmax_chart_follows_explorer(page):
 
 
 def test_mimetic_beta_moves_attention_conditioning(page):
+    show(page, 'Cutting the Skip: softmax conditioning')
     page.slider(key="theory-skip-beta").set_value(0.0).run()
     assert not page.exception
     n, alpha = page.slider(key="theory-skip-n").value, page.slider(key="theory-skip-alpha").value
@@ -199,6 +220,7 @@ def test_mimetic_beta_moves_attention_conditioning(page):
 
 
 def test_constant_logits_warn_instead_of_failing(page):
+    show(page, 'Cutting the Skip: softmax conditioning')
     page.slider(key="theory-skip-alpha").set_value(0.0).run()
     page.slider(key="theory-skip-beta").set_value(0.0).run()
     assert not page.exception

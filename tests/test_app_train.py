@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import explorer
-from conftest import plain
+from conftest import plain, plotly_array
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = {"train.steps": 30, "train.log_every": 5, "model.depth": 6}
@@ -64,6 +64,17 @@ def test_a_shared_url_sets_up_the_same_experiment(open_page):
     assert at.selectbox(key="spec:topology.tau.value:mode").value == "1/L^0.25"
     assert at.number_input(key="spec:train.-.seed").value == 3
     assert spec_of(at).to_dict() == spec.to_dict()
+
+
+def test_load_preset_fills_the_form_on_the_first_click(open_page):
+    at = open_page("train")
+    name = "tau-fig1-1/L^0.25"
+    at.selectbox(key="train-preset").set_value(name).run()
+    at.button(key="train-load-preset").click().run()
+    assert not at.exception, at.exception
+    assert spec_of(at).to_dict() == explorer.preset(name).to_dict()
+    assert at.selectbox(key="spec:topology.tau.value:mode").value == "1/L^0.25"
+    assert at.selectbox(key="train-preset").value == "(keep the form)"
 
 
 def test_a_preset_link_loads_the_preset(open_page):
@@ -136,6 +147,14 @@ def test_a_diverging_run_is_shown_as_diverged(open_page):
     assert view.status == "diverged" and view.diverged_at == reference.diverged_at
     assert not at.exception
     assert any(f"Diverged at step {reference.diverged_at}" in w.value for w in at.warning)
+    # the progress bar says where it diverged, not "step 10 of 40" as if it were still going
+    progress = at.get("progress")[0].proto.text
+    assert f"diverged at step {reference.diverged_at}" in progress and " of 40 ·" not in progress
+    # the loss chart's divergence marker sits at the loss the run exploded to, the top of the axis
+    loss = next(json.loads(c.proto.spec) for c in at.get("plotly_chart") if ": loss" in json.loads(c.proto.spec)["layout"]["title"]["text"])
+    marker = next(t for t in loss["data"] if t["name"].endswith(": diverged"))
+    curve = [v for t in loss["data"] if not t["name"].endswith(": diverged") for v in plotly_array(t["y"]) if v == v]
+    assert marker["y"][0] >= max(curve) > 100 * curve[0]  # the explosion is on the axis
 
 
 def test_every_registry_entry_is_offered_by_the_form(open_page):

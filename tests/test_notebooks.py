@@ -7,6 +7,7 @@ import pytest
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
+PLOTLY = "application/vnd.plotly.v1+json"
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
@@ -30,3 +31,14 @@ def test_notebook_runs_in_fast_mode(path, monkeypatch, tmp_path):
     errors = [out for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs
               if out.output_type == "error"]
     assert not errors, errors
+    # every figure keeps an HTML copy (exports show it), and widget outputs hold what they show: the
+    # old `out.append_display_data(plotly_figure)` left an entry with no data
+    figures = [out for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs
+               if PLOTLY in out.get("data", {})]
+    assert figures, f"{path.name} shows no figure"
+    assert all("plotly-graph-div" in out["data"].get("text/html", "") for out in figures)
+    widgets = notebook.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {})
+    for model in widgets.get("state", {}).values():
+        if model["model_name"] == "OutputModel":
+            for out in model["state"].get("outputs", []):
+                assert out["output_type"] != "display_data" or out["data"], f"an empty widget output in {path.name}"

@@ -11,6 +11,7 @@ import plotly.io as pio
 import pytest
 
 from explorer import plots
+from conftest import plotly_array
 
 
 def _run(label, losses, status="finished", diverged_at=None, val=None, every=10):
@@ -36,7 +37,9 @@ def test_run_colors_stable_and_distinct():
     assert len(set(a.values())) == 3
     assert a["skip"] == plots.PALETTE[0] and a["ancre"] == plots.PALETTE[2]
     many = plots.run_colors([f"r{i}" for i in range(12)])
-    assert many["r10"] == plots.PALETTE[0]  # cycles past the palette
+    assert len(set(many.values())) == 12  # 12 spectra: no colour repeats
+    more = plots.run_colors([f"r{i}" for i in range(len(plots.PALETTE) + 1)])
+    assert more[f"r{len(plots.PALETTE)}"] == plots.PALETTE[0]  # cycles past the palette
 
 
 def test_colors_mapping_keeps_one_colour_per_run_across_figures():
@@ -100,20 +103,35 @@ def test_loss_curves_marks_divergence():
     fig = plots.loss_curves([_run("good", [2.0, 1.0]), diverged])
     names = [t.name for t in fig.data]
     assert "bad (diverged at step 23)" in names and "good" in names
-    markers = [t for t in fig.data if t.mode == "markers"]
+    markers = [t for t in fig.data if t.name == "bad: diverged"]
     assert len(markers) == 1
     marker = markers[0]
-    assert marker.marker.symbol == "x"
+    assert marker.marker.symbol == "x" and marker.text == ("diverged at step 23",)
     assert list(marker.x) == [24] and list(marker.customdata) == [23]  # step 23, drawn at step + 1
-    assert marker.y[0] == 5.0  # last finite loss logged up to the divergence step
+    # the exploded value is unknown: the marker sits above everything plotted (the old one sat at 5.0,
+    # inside the curves, so the explosion was invisible)
+    plotted = [v for t in fig.data if t is not marker for v in t.y]
+    assert marker.y[0] > max(plotted)
     line = next(t for t in fig.data if t.name.startswith("bad"))
     assert marker.marker.color == line.line.color
     lin = plots.loss_curves([diverged], log_x=False)
-    assert list(next(t for t in lin.data if t.mode == "markers").x) == [23]
+    assert list(next(t for t in lin.data if t.name == "bad: diverged").x) == [23]
     # diverged at step 0 with nothing finite: still marked, nothing plotted as 0
     dead = _run("dead", [float("nan")], status="diverged", diverged_at=0)
     fig = plots.loss_curves([dead])
     assert len(fig.data[0].y) == 0 and fig.data[1].marker.symbol == "x"
+
+
+def test_loss_curves_draws_divergence_at_the_exploded_loss():
+    """A run that blew up from 255 to 1.8e8 (what the trainer records as diverged_loss): the marker is at
+    1.8e8 and the axis reaches it, not a 255.5-258 axis with the marker at its bottom."""
+    run = {**_run("tau", [255.6, 255.9], status="diverged", diverged_at=3), "diverged_loss": 1.8e8}
+    fig = plots.loss_curves([run]).to_dict()
+    marker = next(t for t in fig["data"] if t["name"] == "tau: diverged")
+    assert marker["y"][0] == pytest.approx(1.8e8)
+    assert fig["layout"]["yaxis"]["type"] == "log" and fig["layout"]["yaxis"]["exponentformat"] == "power"
+    # the legend sits below the plot, so "tau (diverged at step 3)" is not clipped in a narrow column
+    assert fig["layout"]["legend"]["orientation"] == "h" and fig["layout"]["legend"]["y"] < 0
 
 
 def test_loss_curves_bad_input():
@@ -365,3 +383,118 @@ def test_a_run_with_a_single_logged_point_is_drawn_with_a_marker():
                              {"label": "long", "history": [{"step": 0, "loss": 2.0}, {"step": 5, "loss": 1.0}]}])
     modes = {trace.name: trace.mode for trace in fig.data}
     assert modes == {"short": "lines+markers", "short (val_loss)": "lines+markers", "long": "lines"}
+
+
+def test_spectra_draw_numerical_zeros_on_a_floor_with_a_note():
+    sv = np.array([3.0, 1.0, 0.2, 1e-21, 1e-54])
+    fig = plots.spectra({"W": sv}, "spectrum").to_dict()
+    floor = plots.NUMERICAL_ZERO * 3.0
+    line = next(t for t in fig["data"] if t["name"] == "W")
+    zeros = next(t for t in fig["data"] if t["name"] == "W: numerical zeros")
+    np.testing.assert_allclose(plotly_array(line["y"])[:3], sv[:3])
+    assert np.isnan(plotly_array(line["y"])[3:]).all()
+    np.testing.assert_allclose(plotly_array(zeros["y"]), [floor, floor])
+    np.testing.assert_allclose(plotly_array(zeros["customdata"]), sv[3:])  # the true values, on hover
+    assert any("2 numerical zero" in a["text"] for a in fig["layout"]["annotations"])
+    plotted = np.concatenate([plotly_array(t["y"]) for t in fig["data"]])
+    assert np.nanmin(plotted) >= floor * (1 - 1e-9)  # the axis no longer reaches 1e-54
+    # one exponent format on every log axis, labels at powers of ten only
+    assert fig["layout"]["yaxis"]["exponentformat"] == "power" and fig["layout"]["yaxis"]["dtick"] == 1
+    # nothing below the floor: no note
+    assert not plots.spectra({"W": sv[:3]}, "s").layout.annotations
+
+
+def test_one_log_axis_format_across_figures():
+    runs = [_run("a", [2.0, 1.0, 0.5])]
+    figs = [plots.loss_curves(runs), plots.norms_by_layer({"a": [1.0, 10.0, 100.0]}, "n", log_y=True),
+            plots.theory_curves([1, 10, 100], {"a": [1.0, 2.0, 3.0]}, "t", "x", "y", log_x=True, log_y=True),
+            plots.spectra({"a": [5.0, 1.0]}, "s")]
+    for fig in figs:
+        for axis in ("xaxis", "yaxis"):
+            layout = fig.to_dict()["layout"][axis]
+            if layout.get("type") == "log":
+                assert layout["exponentformat"] == "power", (fig.layout.title.text, axis)
+                assert layout["dtick"] in (1, "D2")
+    # less than a decade: 1-2-5 labels, not every digit ("8 9 1")
+    assert plots.norms_by_layer({"a": [1.0, 1.5, 2.0]}, "n", log_y=True).layout.yaxis.dtick == "D2"
+
+
+def test_learnable_topology_heatmap_defaults_to_the_learned_coefficients():
+    own = np.array([[0.0, 0, 0], [1.0, 0, 0], [0.1, 0.9, 0]])
+    unrolled = np.array([[1.0, 0, 0], [1.0, 1.0, 0], [1.0, 1.0, 1.0]])  # ANCRe ingoing: all ones
+    result = {"own": own, "unrolled": unrolled, "log_ratio": np.zeros((3, 3)), "learnable": np.array(True)}
+    fig = plots.probe_figures("coefficients", result)[0]
+    z = plotly_array(fig.to_dict()["data"][0]["z"]).reshape(3, 3)
+    np.testing.assert_allclose(z[np.tril_indices(3)], own[np.tril_indices(3)])
+    assert "learned" in fig.layout.title.text
+    fixed = plots.probe_figures("coefficients", {**result, "learnable": np.array(False)})[0]
+    np.testing.assert_allclose(plotly_array(fixed.to_dict()["data"][0]["z"]).reshape(3, 3)[np.tril_indices(3)],
+                               unrolled[np.tril_indices(3)])
+    assert plots.coefficient_basis(result, "log_ratio") == "log_ratio"
+    with pytest.raises(ValueError, match="basis"):
+        plots.coefficient_basis(result, "rows")
+
+
+def test_dead_weights_chart_is_labelled_as_dead_weights():
+    fig = plots.dead_weights(["W1", "W2"], [3, 0], [12, 8], "dead").to_dict()
+    np.testing.assert_allclose(plotly_array(fig["data"][0]["y"]), [0.25, 0.0])
+    assert "dead weights" in fig["layout"]["yaxis"]["title"]["text"]
+    assert "rank" not in fig["layout"]["yaxis"]["title"]["text"]
+    probe = plots.probe_figures("dead", {"names": np.array(["W1"]), "dead_weights": np.array([1]),
+                                         "total_weights": np.array([4])})[0]
+    assert "dead weights" in probe.layout.yaxis.title.text
+
+
+def test_numerical_zeros_are_relative_to_each_matrix():
+    """A small matrix's spectrum beside a large one's is not a numerical zero."""
+    fig = plots.spectra({"small": [1e-3, 1e-4], "large": [1e9, 1.0, 1e-40]}, "s")
+    names = [t.name for t in fig.data]
+    assert "small: numerical zeros" not in names and "large: numerical zeros" in names
+    np.testing.assert_allclose(plotly_array(fig.to_dict()["data"][0]["y"]), [1e-3, 1e-4])
+
+
+def test_a_difference_is_drawn_on_its_own_axis():
+    """02's width figure: DCA - Transformer (about 0.001) in its own panel, not on the losses' axis."""
+    fig = plots.theory_curves([16, 32, 64], {"Transformer": [2.5, 2.3, 2.1], "DCA": [2.499, 2.299, 2.098],
+                                             "DCA - Transformer": [-0.001, -0.001, -0.002]},
+                              "w", "width", "loss", log_x=True, difference=["DCA - Transformer"],
+                              difference_label="gain").to_dict()
+    by_name = {t["name"]: t for t in fig["data"]}
+    assert by_name["DCA - Transformer"]["yaxis"] == "y2" and by_name["DCA"].get("yaxis", "y") == "y"
+    assert fig["layout"]["yaxis2"]["title"]["text"] == "gain"
+    with pytest.raises(ValueError, match="difference"):
+        plots.theory_curves([1], {"a": [1.0]}, "t", "x", "y", difference=["b"])
+
+
+def test_verdict_table_shows_each_verdict_in_its_colour_and_escapes_text():
+    rows = [{"id": "a", "section": "Thm 1", "verdict": "holds", "measured": {"rate": 0.51234, "||W||": 2.0},
+             "expected": "rate < 1 and ||W|| <= 2", "note": "fine", "seconds": 1.5},
+            {"id": "b", "verdict": "inconclusive", "measured": {"gap": 0.01}, "per_seed": [0.02, -0.01, 0.01],
+             "rule": "holds when every seed's gap > 0"},
+            {"id": "c", "verdict": "does-not-hold"},
+            {"verdict": "error", "note": "ValueError: x\nTraceback (most recent call last): ..."}]
+    table = plots.verdict_table(rows)
+    assert table.count("<tr>") == 5  # a header and one row each, missing fields tolerated
+    green = plots.VERDICT_STYLES["holds"][0]
+    inconclusive = re.search(r"verdict-inconclusive' style='color:([^']+)'", table).group(1)
+    assert inconclusive != green and inconclusive == plots.VERDICT_STYLES["inconclusive"][0]
+    assert "seed 0: 0.02" in table and "seed 1: -0.01" in table
+    assert "rate</b>: 0.5123" in table
+    assert "||W|| &lt;= 2" in table and "<= 2" not in table  # text, not markup
+    assert "Traceback" not in table
+    assert "does not hold at this scale" in table
+
+
+def test_loss_curves_smoothing_draws_the_ema_over_a_faint_raw_curve():
+    losses = [4.0, 1.0, 3.0, 0.5]
+    fig = plots.loss_curves([_run("r", losses)], smoothing=0.5, show_val=False)
+    raw = next(t for t in fig.data if t.name == "r (raw)")
+    main = next(t for t in fig.data if t.name == "r")
+    assert list(raw.y) == losses and raw.opacity < 1 and raw.showlegend is False
+    # hand EMA, debiased: s1 = 4; s2 = (0.5*2 + 0.5*1)/(1-0.25) = 2; s3 = (0.5*1.5 + 1.5)/(0.875)
+    s1, s2, s3 = 0.5 * 4.0, 0.5 * (0.5 * 4.0) + 0.5 * 1.0, None
+    s3 = 0.5 * s2 + 0.5 * 3.0
+    np.testing.assert_allclose(list(main.y)[:3], [s1 / 0.5, s2 / 0.75, s3 / 0.875])
+    assert [t.name for t in plots.loss_curves([_run("r", losses)], show_val=False).data] == ["r"]
+    with pytest.raises(ValueError, match="smoothing"):
+        plots.loss_curves([_run("r", losses)], smoothing=1.0)

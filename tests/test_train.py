@@ -202,3 +202,12 @@ def test_live_probes_refuse_unknown_names_before_training():
     with pytest.raises(explorer.SpecError) as err:
         explorer.train(explorer.preset("ancre-fig2b-ancre"), probes={"jacobain": {}})
     assert err.value.path == "probes"
+
+
+def test_train_records_the_loss_it_diverged_at():
+    run = explorer.train(explorer.preset("tau-fig1-1/L^0.25").with_values(
+        {"model.depth": 30, "train.steps": 20, "train.log_every": 10}))
+    assert run.status == "diverged"
+    first = run.history[0]["loss"]
+    assert not math.isfinite(run.diverged_loss) or run.diverged_loss > run.spec.train.diverge_factor * first
+    assert run.summary()["diverged_loss"] == (run.diverged_loss if math.isfinite(run.diverged_loss) else None)

@@ -25,10 +25,10 @@ def show(fig: go.Figure, key: str, name: str | None = None, downloads: bool = Tr
     if not downloads:
         return
     stem = _file_stem(name or (fig.layout.title.text or key))
-    left, right, _ = st.columns([1, 1, 4])
-    left.download_button("HTML", data=lambda: plots.to_html_bytes(fig), file_name=f"{stem}.html",
+    row = st.container(horizontal=True)  # buttons as wide as their labels: narrow columns cut them to "H.."
+    row.download_button("Download HTML", data=lambda: plots.to_html_bytes(fig), file_name=f"{stem}.html",
                          mime="text/html", key=f"html-{key}", on_click="ignore", icon=":material/download:")
-    right.download_button("PNG", data=lambda: plots.to_png_bytes(fig), file_name=f"{stem}.png",
+    row.download_button("Download PNG", data=lambda: plots.to_png_bytes(fig), file_name=f"{stem}.png",
                           mime="image/png", key=f"png-{key}", on_click="ignore", icon=":material/download:",
                           disabled=not _png_export_installed(), help=None if _png_export_installed() else plots.PNG_FIX)
 

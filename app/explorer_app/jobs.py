@@ -50,6 +50,7 @@ class JobView:
     error: str | None
     queue_position: int | None  # 1 = next to start, while queued
     note: str | None = None  # e.g. a live probe left out because it does not apply to this model (markdown)
+    diverged_loss: float | None = None  # the loss it exploded to (plots draw the divergence marker there)
 
     @property
     def active(self) -> bool:
@@ -57,7 +58,8 @@ class JobView:
 
     def as_run(self) -> dict[str, Any]:
         """The shape `explorer.plots.loss_curves` draws."""
-        return {"label": self.label, "history": self.history, "status": self.status, "diverged_at": self.diverged_at}
+        return {"label": self.label, "history": self.history, "status": self.status, "diverged_at": self.diverged_at,
+                "diverged_loss": self.diverged_loss}
 
 
 class Job:
@@ -83,6 +85,7 @@ class Job:
         self._steps_done = 0
         self._sps: float | None = None
         self._diverged_at: int | None = None
+        self._diverged_loss: float | None = None
         self._error: str | None = None
         self._queue: JobQueue | None = None
         self.threads = 1  # intra-op threads of this job's training thread (set by the queue)
@@ -150,7 +153,8 @@ class Job:
                 probes=dict(self._probes), probe_step=self._probe_step, steps_per_second=self._sps,
                 diverged_at=self._diverged_at, run_id=self.recorder.run_id if self.recorder else None,
                 error=self._error, queue_position=self._queue.position(self) if self._queue else None,
-                note=self._note)
+                note=self._note,
+                diverged_loss=self._diverged_loss)
 
     # ---- the training thread --------------------------------------------------------------------
     def _listen(self, event) -> None:
@@ -163,7 +167,7 @@ class Job:
                     self._probe_step = event.step
                 self._steps_done = run.steps_done
                 self._sps = run.steps_done / run.wall_time if run.wall_time > 0 and run.steps_done else None
-                self._diverged_at = run.diverged_at
+                self._diverged_at, self._diverged_loss = run.diverged_at, run.diverged_loss
                 if self._snapshot_wanted.is_set():
                     self._take_snapshot(run)
                 if self._step_once:
@@ -172,7 +176,7 @@ class Job:
                     self._go.clear()
             elif event.kind == "end":
                 self._steps_done = run.steps_done
-                self._diverged_at = run.diverged_at
+                self._diverged_at, self._diverged_loss = run.diverged_at, run.diverged_loss
                 known = {row["step"] for row in self._history}
                 self._history.extend(dict(row) for row in run.history if row["step"] not in known)
                 self._status = run.status

@@ -306,11 +306,38 @@ def display_labels(records: list[dict]) -> list[str]:
 
 
 def summary_row(label: str, record: dict) -> dict:
+    """One run in the runs table: its spec values and final metrics."""
     final, spec = record["final"] or {}, record["spec"]
-    return {"run": label, "status": record["status"], "steps": record["steps_done"], "loss": final.get("loss"),
-            "val accuracy": final.get("val_accuracy"), "diverged at": record["diverged_at"],
-            "topology": spec["topology"]["name"], "depth": spec["model"].get("depth"), "seed": spec["train"]["seed"],
-            "id": record["id"][:8]}
+    return {"run": label, "status": record["status"], "steps": record["steps_done"],
+            "model": spec["model"]["name"], "topology": spec["topology"]["name"], "depth": spec["model"].get("depth"),
+            "width": spec["model"].get("width"), "init": spec["init"]["name"], "optimizer": spec["optim"]["name"],
+            "lr": spec["optim"].get("lr"), "seed": spec["train"]["seed"], "loss": final.get("loss"),
+            "val loss": final.get("val_loss"), "val accuracy": final.get("val_accuracy"),
+            "diverged at": record["diverged_at"], "id": record["id"][:8]}
+
+
+TABLE_IDS = "compare-table-ids"  # session state: the run id of each row of the runs table, in order
+
+
+def compare_selected_rows() -> None:
+    """Runs table callback (runs before the widgets are drawn): the selected rows become the compared runs."""
+    rows = st.session_state["compare-table"]["selection"]["rows"]
+    ids = st.session_state.get(TABLE_IDS, [])
+    chosen = [ids[i] for i in rows if i < len(ids)][:MAX_RUNS]
+    if chosen:
+        st.session_state["compare-runs"] = chosen
+
+
+def runs_table(records: list[dict]) -> None:
+    """Every listed run with its spec values and final metrics: sort by clicking a column header, select
+    rows (the checkboxes on the left) to overlay them below."""
+    st.session_state[TABLE_IDS] = [record["id"] for record in records]
+    st.dataframe([summary_row(label, record) for label, record in zip(display_labels(records), records)],
+                 hide_index=True, key="compare-table", on_select=compare_selected_rows, selection_mode="multi-row",
+                 column_config={"lr": st.column_config.NumberColumn(format="%.3g"),
+                                "loss": st.column_config.NumberColumn(format="%.4g"),
+                                "val loss": st.column_config.NumberColumn(format="%.4g"),
+                                "val accuracy": st.column_config.NumberColumn(format="%.3f")})
 
 
 def last_probe(record: dict, name: str) -> tuple[int, dict] | None:
@@ -366,13 +393,15 @@ def show_heatmaps(records: list[dict], labels: list[str], results: list[dict], b
         for column, record, label, found in zip(columns, records[start:], labels[start:], results[start:]):
             with column:
                 coefficients = found["coefficients"]
-                if isinstance(coefficients, str) or basis not in coefficients[1]:
-                    why = coefficients if isinstance(coefficients, str) else f"no {basis} basis recorded"
+                shown = basis if isinstance(coefficients, str) else plots.coefficient_basis(coefficients[1], basis)
+                if isinstance(coefficients, str) or shown not in coefficients[1]:
+                    why = coefficients if isinstance(coefficients, str) else f"no {shown} basis recorded"
                     st.caption(f"**{messages.escape(label)}**: no coefficient heatmap: {messages.escape(why)}.")
                     continue
                 step, result = coefficients
-                fig = plots.coefficient_heatmap(result[basis], f"{label}: {basis} at step {step}",
-                                                log_ratio=basis == "log_ratio")
+                # two short lines: a narrow column cut the one-line title ("unrolled at ste")
+                fig = plots.coefficient_heatmap(result[shown], f"{label}<br><sub>{shown}, step {step}</sub>",
+                                                log_ratio=shown == "log_ratio")
                 figures.show(fig, key=f"compare-heatmap-{record['id']}", name=f"{label}-coefficients")
 
 
@@ -400,14 +429,14 @@ def compare_view() -> None:
                     "page, or switch on **All runs in the store** to compare runs saved earlier.",
                     icon=":material/info:")
         return
+    st.caption("All listed runs: click a column header to sort, tick rows to overlay them below.")
+    runs_table(records)
     records = load(choose_runs(records))
     if not records:
         st.caption("Pick runs to compare.")
         return
     labels = display_labels(records)
     colors = plots.run_colors(labels)
-    st.dataframe([summary_row(label, record) for label, record in zip(labels, records)], hide_index=True,
-                 key="compare-table")
     diverged = [f"**{messages.escape(label)}** at step {record['diverged_at']}" for label, record in zip(labels, records)
                 if record["status"] == "diverged"]
     if diverged:
@@ -416,15 +445,23 @@ def compare_view() -> None:
     curves = [{"label": label, "history": record["history"], "status": record["status"],
                "diverged_at": record["diverged_at"]} for label, record in zip(labels, records) if record["history"]]
     if curves:
-        show_val = st.toggle("Validation curves (dashed)", value=True, key="compare-show-val")
-        figures.show(plots.loss_curves(curves, colors=colors, show_val=show_val, title="Compare: training loss"),
+        val, smooth, y_scale, x_scale = st.columns([2, 3, 2, 2])
+        show_val = val.toggle("Validation curves (dashed)", value=True, key="compare-show-val")
+        smoothing = smooth.slider("Smoothing (EMA weight)", 0.0, 0.99, 0.0, 0.01, key="compare-smoothing",
+                                  help="Exponential moving average of each training curve, as in TensorBoard; "
+                                       "the raw curve stays faint behind it. 0 = off.")
+        log_y = y_scale.radio("Loss axis", ["log", "linear"], horizontal=True, key="compare-y-scale") == "log"
+        log_x = x_scale.radio("Step axis", ["log", "linear"], horizontal=True, key="compare-x-scale") == "log"
+        figures.show(plots.loss_curves(curves, colors=colors, show_val=show_val, title="Compare: training loss",
+                                       smoothing=smoothing, log_y=log_y, log_x=log_x),
                      key="compare-loss", name="compare-loss")
     results = probe_results(records, labels)
     st.markdown("**Shortcut coefficients**: who feeds whom, one heatmap per run.")
-    basis = st.selectbox("Heatmap basis", ["unrolled", "own", "log_ratio"], key="compare-basis",
-                         help="unrolled: weight of each earlier branch output in each block's input (comparable "
-                              "across topologies); own: the topology's own coefficients; log_ratio: ANCRe's "
-                              "log(c_ij / max_j c) view.")
+    basis = st.selectbox("Heatmap basis", ["default", *plots.COEFFICIENT_BASES], key="compare-basis",
+                         help="default: the learned coefficients (own) of a learnable topology such as ANCRe, "
+                              "unrolled otherwise; unrolled: weight of each earlier branch output in each block's "
+                              "input (comparable across topologies); own: the topology's own coefficients; "
+                              "log_ratio: ANCRe's log(c_ij / max_j c) view.")
     show_heatmaps(records, labels, results, basis)
     show_spectra(labels, results, colors)
 

@@ -153,10 +153,11 @@ PAPERS = {
     ),
 }
 
-VERDICTS = {  # a claim's verdict -> (badge colour, icon, label)
-    "holds": ("green", ":material/check_circle:", "holds"),
-    "does-not-hold": ("orange", ":material/cancel:", "does not hold at this scale"),
-    "error": ("red", ":material/error:", "error"),
+VERDICTS = {  # a claim's verdict -> (badge colour, icon, label); the labels are explorer.plots.VERDICT_STYLES'
+    "holds": ("green", ":material/check_circle:", plots.VERDICT_STYLES["holds"][1]),
+    "does-not-hold": ("red", ":material/cancel:", plots.VERDICT_STYLES["does-not-hold"][1]),
+    "inconclusive": ("violet", ":material/help:", plots.VERDICT_STYLES["inconclusive"][1]),
+    "error": ("gray", ":material/error:", plots.VERDICT_STYLES["error"][1]),
 }
 
 MODES = ("Fast mode shrinks every run (fewer steps, depths or seeds): seconds per claim. Full mode trains the "
@@ -255,17 +256,6 @@ def formatted(value) -> str:
     return str(value)
 
 
-def measured_rows(measured: dict, prefix: str = "") -> list[dict[str, str]]:
-    """The measured numbers as (quantity, value) rows; nested results become "outer / inner" quantities."""
-    rows = []
-    for key, value in measured.items():
-        if isinstance(value, dict):
-            rows += measured_rows(value, f"{prefix}{key} / ")
-        else:
-            rows.append({"quantity": f"{prefix}{key}", "value": formatted(value)})
-    return rows
-
-
 def tau_norm_figure(m: dict) -> go.Figure:
     curves = {}
     for rule, label in (("1/sqrt(L)", "τ = 1/√L"), ("1/L^0.25", "τ = L^-1/4")):
@@ -293,8 +283,10 @@ def width_figure(m: dict) -> go.Figure:
     widths = sorted(int(key[1:].removesuffix("_dca")) for key in m if key.endswith("_dca"))
     curves = {name: [m[f"w{w}_{key}"] for w in widths]
               for name, key in (("Transformer", "transformer"), ("DCA", "dca"))}
+    curves["DCA - Transformer"] = [m[f"w{w}_dca"] - m[f"w{w}_transformer"] for w in widths]
     return plots.theory_curves(widths, curves, "Validation loss against width", "width",
-                               "validation loss (nats per character)", log_x=True)
+                               "validation loss (nats per character)", log_x=True,
+                               difference=["DCA - Transformer"], difference_label="DCA - Transformer (nats/char)")
 
 
 FIGURES = {  # claims whose measured numbers explorer.plots can draw
@@ -308,17 +300,14 @@ FIGURES = {  # claims whose measured numbers explorer.plots can draw
 def show_result(claim: Claim, row: dict, fast: bool) -> None:
     """Verdict badge, the criterion next to the measured numbers, the note, and a figure where there is one."""
     mode = "fast" if fast else "full"
-    color, icon, label = VERDICTS[row["verdict"]]
+    color, icon, label = VERDICTS.get(row["verdict"], ("gray", ":material/help:", "unknown verdict"))
     took = f", computed in {row['seconds']} s" if row.get("seconds") is not None else ""
     st.markdown(f":{color}-badge[{icon} {label}] :gray-badge[{mode} mode{took}]")
     if row["verdict"] == "error":
         st.error(escape(error_message(row["note"])), icon=":material/error:")
         return
-    expected, measured = st.columns([2, 3])
-    expected.markdown(f"**Expected.** {escape(row['expected'])}")
-    measured.dataframe(measured_rows(row["measured"]), hide_index=True)
-    if row["note"]:
-        st.caption(escape(row["note"]))
+    # the notebooks' verdict table (explorer.plots.verdict_table): every text in it is escaped
+    st.html(plots.verdict_table([row], show_claim=False))
     draw = FIGURES.get((claim.paper, claim.id))
     if draw is not None:
         try:

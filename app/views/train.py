@@ -52,16 +52,24 @@ def write_to_url(spec) -> None:
     st.session_state["url_written"] = params
 
 
+KEEP_FORM = "(keep the form)"
+
+
+def load_preset() -> None:
+    """Button callback: it runs before the widgets are drawn, the only time their state may be set
+    (setting it after the preset select was drawn raised StreamlitWidgetAlreadyInstantiatedError)."""
+    spec_form.load_into_widgets(explorer.preset(st.session_state["train-preset"]))
+    st.session_state["train-preset"] = KEEP_FORM
+
+
 load_from_url()
 with st.sidebar:
     st.subheader("Experiment")
     presets = explorer.registry("presets")
-    chosen = st.selectbox("Start from a preset", ["(keep the form)", *presets], key="train-preset",
+    chosen = st.selectbox("Start from a preset", [KEEP_FORM, *presets], key="train-preset",
                           help="A paper's set-up, scaled to run on a CPU. Loading it replaces the form.")
-    if chosen != "(keep the form)" and st.button("Load preset", key="train-load-preset"):
-        spec_form.load_into_widgets(explorer.preset(chosen))
-        st.session_state["train-preset"] = "(keep the form)"
-        st.rerun()
+    if chosen != KEEP_FORM:
+        st.button("Load preset", key="train-load-preset", on_click=load_preset)
     uploaded_spec = uploads.spec_uploader(caps, key="train-upload-spec")
     if uploaded_spec is not None:
         spec_form.load_into_widgets(uploaded_spec)
@@ -78,13 +86,14 @@ if spec is not None:
 # ---- what to watch -----------------------------------------------------------------------------
 left, middle, right = st.columns([2, 1, 1])
 probe_name = left.selectbox("Live probe", probe_names, key="train-probe",
-                            format_func=lambda n: f"{n}: {explorer.registry('probes').describe()[n]}",
                             help="Computed on a fixed validation batch while the run trains.")
+left.caption(explorer.registry("probes").describe()[probe_name])  # in full: the select cut it off
 probe_every = middle.number_input("probe every (steps)", min_value=1, max_value=100_000, value=50, key="train-probe-every")
-heatmap_basis = right.selectbox("Heatmap basis", ["unrolled", "own", "log_ratio"], key="train-basis",
-                                help="unrolled: weight of each earlier branch output in each block's input "
-                                     "(comparable across topologies); own: the topology's own coefficients; "
-                                     "log_ratio: ANCRe's log(c_ij / max_j c) view.")
+heatmap_basis = right.selectbox("Heatmap basis", ["default", *plots.COEFFICIENT_BASES], key="train-basis",
+                                help="default: the learned coefficients (own) of a learnable topology such as "
+                                     "ANCRe, unrolled otherwise; unrolled: weight of each earlier branch output in "
+                                     "each block's input (comparable across topologies); own: the topology's own "
+                                     "coefficients; log_ratio: ANCRe's log(c_ij / max_j c) view.")
 
 
 def start(spec) -> None:
@@ -158,7 +167,10 @@ def active_at_last_run() -> bool:
 def show_status(view) -> None:
     fraction = min(view.steps_done / max(view.total_steps, 1), 1.0)
     speed = f"{view.steps_per_second:.1f} steps/s" if view.steps_per_second else "starting"
-    st.progress(fraction, text=f"{view.label}: step {view.steps_done} of {view.total_steps} · {speed} · {view.status}")
+    if view.status == "diverged":  # the run ended there: "step 10 of 300" would read as progress
+        st.progress(fraction, text=f"{view.label}: diverged at step {view.diverged_at} (of {view.total_steps})")
+    else:
+        st.progress(fraction, text=f"{view.label}: step {view.steps_done} of {view.total_steps} · {speed} · {view.status}")
     if view.status == "queued":
         running, waiting = state.job_queue().counts()
         st.info(f"Queued: {running} run(s) are training on this server (limit {caps.max_jobs}, EXPLORER_MAX_JOBS); "
@@ -193,9 +205,10 @@ def show_charts(view) -> None:
     with heat:
         coefficients = view.probes.get(LIVE_PROBE)
         if coefficients is not None:
-            fig = plots.coefficient_heatmap(coefficients[heatmap_basis],
-                                            f"Shortcut coefficients ({heatmap_basis}) at step {view.probe_step}",
-                                            log_ratio=heatmap_basis == "log_ratio")
+            basis = plots.coefficient_basis(coefficients, heatmap_basis)
+            fig = plots.coefficient_heatmap(coefficients[basis],
+                                            f"Shortcut coefficients ({basis}) at step {view.probe_step}",
+                                            log_ratio=basis == "log_ratio")
             figures.show(fig, key="train-heatmap", name="shortcut-coefficients")
     with probe_col:
         result = view.probes.get(probe_name)

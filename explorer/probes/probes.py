@@ -259,14 +259,17 @@ def attention(model, inputs):
 def coefficients(model, inputs):
     """own and unrolled from Topology.coefficients() (rows: destinations; the first stage's Stack of a
     resnet-cifar), and log_ratio[r, i] = log(|unrolled[r, i]| / max_i |unrolled[r, i]|): 0 for each row's
-    strongest source, -inf where a source does not reach, NaN on an all-zero row (ANCRe Fig. 6)."""
+    strongest source, -inf where a source does not reach, NaN on an all-zero row (ANCRe Fig. 6).
+    learnable: whether the topology has trained parameters (its `own` matrix is what was learned)."""
     topology = stacks(model)[0].topology
     c = topology.coefficients()
     magnitude = np.abs(c.unrolled)
     row_max = magnitude.max(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_ratio = np.log(magnitude / row_max)
-    result = {"own": c.own, "unrolled": c.unrolled, "log_ratio": log_ratio}
+    result = {"own": c.own, "unrolled": c.unrolled, "log_ratio": log_ratio,
+              # learned coefficients (ANCRe, GRN, DCA, learnable tau): figures show `own` by default
+              "learnable": np.array(any(p.requires_grad for p in topology.parameters()))}
     if getattr(topology, "version", None) == 3 or isinstance(topology, DCA):
         result.update(_input_dependent_weights(model, topology, inputs))
     return result

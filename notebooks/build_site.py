@@ -1,0 +1,82 @@
+"""Build a static HTML site of the executed notebooks, every figure included (works offline).
+
+    python notebooks/build_site.py OUTDIR                  # all six, fast mode (EXPLORER_FAST=1)
+    python notebooks/build_site.py OUTDIR --full           # the full experiments (about 12 minutes)
+    python notebooks/build_site.py OUTDIR 00_quickstart    # some notebooks only
+
+Each notebook is executed top to bottom in a fresh kernel (nbclient) and converted with nbconvert's
+HTML exporter; OUTDIR gets one NAME.html and the executed NAME.ipynb per notebook and an index.html linking them. The figures
+survive because the notebooks call `explorer.plots.notebook_mode()`: every figure's output carries
+an HTML copy next to plotly's JSON, and plotly.js is inlined once per page (no CDN). The pages load
+MathJax from its CDN for the equations; without a network the equations show as LaTeX source.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import os
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+NOTEBOOKS = sorted(HERE.glob("*.ipynb"))
+
+
+def build_page(path: Path, outdir: Path, timeout: int = 900) -> Path:
+    """Execute one notebook (in its own folder, with the current environment) and write OUTDIR/NAME.html
+    and the executed notebook OUTDIR/NAME.ipynb (to download, or to open in JupyterLab with its outputs)."""
+    import nbclient
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    notebook = nbformat.read(path, as_version=4)
+    nbclient.NotebookClient(notebook, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}}).execute()
+    exporter = HTMLExporter(template_name="lab")
+    exporter.require_js_url = ""  # nothing on the page needs require.js; without it plotly.js sets window.Plotly
+    body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": path.stem}})
+    nbformat.write(notebook, outdir / path.name)
+    page = outdir / f"{path.stem}.html"
+    page.write_text(body, encoding="utf-8")
+    return page
+
+
+def build_site(outdir: str | os.PathLike, names: list[str] | None = None, fast: bool = True) -> list[Path]:
+    """Build the pages of `names` (notebook stems; all when empty) and an index; returns the pages."""
+    from tqdm.auto import tqdm
+
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    chosen = [p for p in NOTEBOOKS if not names or p.stem in names]
+    unknown = sorted(set(names or []) - {p.stem for p in NOTEBOOKS})
+    if unknown:
+        raise SystemExit(f"no notebook named {', '.join(unknown)}; known: {', '.join(p.stem for p in NOTEBOOKS)}")
+    os.environ["EXPLORER_FAST"] = "1" if fast else "0"  # the kernels inherit it
+    pages, rows = [], []
+    for path in tqdm(chosen, desc="notebooks", unit="notebook"):
+        start = time.perf_counter()
+        pages.append(build_page(path, outdir))
+        rows.append(f"<li><a href='{html.escape(path.stem)}.html'>{html.escape(path.stem)}</a> "
+                    f"(<a href='{html.escape(path.name)}'>notebook</a>) "
+                    f"<small>(executed in {time.perf_counter() - start:.0f} s)</small></li>")
+    mode = "fast mode (EXPLORER_FAST=1)" if fast else "full mode"
+    (outdir / "index.html").write_text(
+        "<!doctype html><meta charset='utf-8'><title>Residual Explorer notebooks</title>"
+        f"<h1>Residual Explorer notebooks</h1><p>Executed in {mode}.</p><ul>{''.join(rows)}</ul>\n",
+        encoding="utf-8")
+    return pages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("outdir", type=Path)
+    parser.add_argument("names", nargs="*", help="notebook names without .ipynb (default: all)")
+    parser.add_argument("--full", action="store_true", help="run the full experiments instead of fast mode")
+    args = parser.parse_args()
+    pages = build_site(args.outdir, args.names, fast=not args.full)
+    print(f"wrote {len(pages)} pages and index.html to {args.outdir}")
+
+
+if __name__ == "__main__":
+    main()
