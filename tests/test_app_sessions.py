@@ -75,6 +75,22 @@ def test_the_admin_page_lists_every_job_and_stops_one(open_page, monkeypatch):
     assert "operator" in job.view().note
 
 
+def test_without_a_token_the_admin_page_lists_nothing(open_page, monkeypatch):
+    """No EXPLORER_ADMIN_TOKEN: an empty token (or none) must not match the unset one."""
+    monkeypatch.delenv("EXPLORER_ADMIN_TOKEN", raising=False)
+    at = open_page("train")
+    at.number_input(key="spec:train.-.steps").set_value(20000).run()
+    at.button(key="train-start").click().run()
+    job = at.session_state["train-job"]
+    for query in ({}, {"token": ""}):
+        page = open_page("admin", query=query)
+        assert not page.exception
+        assert not [b for b in page.button if str(b.key).startswith("admin-stop")]
+        assert not any(job.id in plain(m.value) for m in page.markdown)
+    job.stop()
+    jobs.wait(job)
+
+
 def test_a_compare_grid_larger_than_a_sessions_share_is_refused(open_page, monkeypatch):
     monkeypatch.setenv("EXPLORER_MAX_JOBS_PER_SESSION", "2")
     at = open_page("compare")
