@@ -149,15 +149,16 @@ PAPERS = {
     ),
 }
 
-VERDICTS = {  # a claim's verdict -> (badge colour, icon, label)
+VERDICTS = {  # a claim's verdict -> (badge colour, icon, label); inconclusive is never green
     "holds": ("green", ":material/check_circle:", "holds"),
     "does-not-hold": ("orange", ":material/cancel:", "does not hold at this scale"),
+    "inconclusive": ("violet", ":material/help:", "inconclusive"),
     "error": ("red", ":material/error:", "error"),
 }
 
-MODES = ("Fast mode shrinks every run (fewer steps, depths or seeds): seconds per claim. Full mode trains the "
-         "presets at their full length: up to several minutes per claim, ten minutes or more for a whole paper "
-         "on a 2-core CPU. Verdicts can differ between the two.")
+MODES = ("Fast mode runs one seed and small runs: seconds per claim, and it decides only large effects (otherwise "
+         "inconclusive). Full mode runs at least 3 seeds and decides on the paired same-seed differences: up to "
+         "several minutes per claim on a 2-core CPU. Verdicts can differ between the two.")
 
 RESULTS = "papers-results"  # session state: (paper, claim id, fast) -> the claim's result row
 
@@ -190,7 +191,7 @@ def run_claim(claim: Claim, fast: bool) -> dict:
     except ClaimFailed as failed:
         return failed.row
     except Exception as error:  # e.g. an invalid EXPLORER_MAX_JOBS: reported on the claim, the page goes on
-        return {"verdict": "error", "measured": {}, "expected": claim.expected,
+        return {"verdict": "error", "measured": {}, "per_seed": {}, "reason": f"{type(error).__name__}: {error}",
                 "note": f"{type(error).__name__}: {error}", "seconds": None}
 
 
@@ -257,46 +258,37 @@ def measured_rows(measured: dict, prefix: str = "") -> list[dict[str, str]]:
 
 
 def tau_norm_figure(m: dict) -> go.Figure:
-    curves = {}
-    for rule, label in (("1/sqrt(L)", "τ = 1/√L"), ("1/L^0.25", "τ = L^-1/4")):
-        curves[f"measured, {label}"] = m[f"R[{rule}]"]
-        curves[f"theory upper bound, {label}"] = m[f"theory_R_upper[{rule}]"]
+    curves = {"measured, τ = 1/√L": m["R[1/sqrt(L)]"], "Theorem 1's ceiling, τ = 1/√L": m["theory_R_upper[1/sqrt(L)]"],
+              "measured, τ = L^-1/4": m["R[1/L^0.25]"], "Theorem 4's floor L^1/4, τ = L^-1/4": m["theorem4_floor[1/L^0.25]"]}
     return plots.theory_curves(m["depths"], curves, "Norm growth at initialisation: ||h_(L-1)|| / ||h_0||",
                                "depth L", "RMS norm ratio R", log_x=True, log_y=True)
 
 
-def kappa_figure(m: dict) -> go.Figure:
-    curves = {key.removeprefix("kappa_K_").replace("_", ", "): values
-              for key, values in m.items() if key.startswith("kappa_K_")}
-    return plots.norms_by_layer(curves, "Condition number of each attention block's input Jacobian K_l",
-                                ylabel="κ(K_l)", log_y=True)
+def width_figure(per_seed: dict) -> go.Figure:
+    """DCA's gain (Transformer - DCA validation loss) against width, one curve per seed, on its own axis."""
+    prefix = "gain (transformer - DCA) at width "
+    widths = sorted(int(key.removeprefix(prefix)) for key in per_seed if key.startswith(prefix))
+    n_seeds = len(per_seed[f"{prefix}{widths[0]}"])
+    curves = {f"seed {i}": [per_seed[f"{prefix}{w}"][i] for w in widths] for i in range(n_seeds)}
+    return plots.theory_curves(widths, curves, "DCA's gain over the Transformer against width (one curve per seed)",
+                               "width", "gain: val loss Transformer - DCA (nats)", log_x=True)
 
 
-def miou_figure(m: dict) -> go.Figure:
-    curves = {"ViT with skips": m["miou_per_block_skip"], "skipless, proposed init": m["miou_per_block_skipless_init"]}
-    return plots.theory_curves(list(range(len(curves["ViT with skips"]))), curves,
-                               "Dense linear-probe mIoU of each block's patch features",
-                               "block (0 = patch embedding)", "mIoU")
-
-
-def width_figure(m: dict) -> go.Figure:
-    widths = sorted(int(key[1:].removesuffix("_dca")) for key in m if key.endswith("_dca"))
-    curves = {name: [m[f"w{w}_{key}"] for w in widths]
-              for name, key in (("Transformer", "transformer"), ("DCA", "dca"))}
-    return plots.theory_curves(widths, curves, "Validation loss against width", "width",
-                               "validation loss (nats per character)", log_x=True)
-
-
-FIGURES = {  # claims whose measured numbers explorer.plots can draw
-    ("tau", "init-norm-sharp-threshold"): tau_norm_figure,
-    ("skipless", "kl-conditioning"): kappa_figure,
-    ("skipless", "fig4-dense-miou"): miou_figure,
-    ("dca", "table2-width-trend"): width_figure,
+FIGURES = {  # claims whose numbers explorer.plots can draw -> (field of the row, figure)
+    ("tau", "init-norm-sharp-threshold"): ("measured", tau_norm_figure),
+    ("dca", "table2-width-trend"): ("per_seed", width_figure),
 }
 
 
+def per_seed_rows(per_seed: dict) -> list[dict[str, str]]:
+    """The per-seed numbers as (quantity, seed 0, seed 1, ...) rows."""
+    n = max((len(v) for v in per_seed.values()), default=0)
+    return [{"quantity": key, **{f"seed {i}": formatted(v[i]) if i < len(v) else "" for i in range(n)}}
+            for key, v in per_seed.items()]
+
+
 def show_result(claim: Claim, row: dict, fast: bool) -> None:
-    """Verdict badge, the criterion next to the measured numbers, the note, and a figure where there is one."""
+    """Verdict badge, the per-seed numbers, the rule with its threshold and why, the set-up, and a figure."""
     mode = "fast" if fast else "full"
     color, icon, label = VERDICTS[row["verdict"]]
     took = f", computed in {row['seconds']} s" if row.get("seconds") is not None else ""
@@ -304,16 +296,21 @@ def show_result(claim: Claim, row: dict, fast: bool) -> None:
     if row["verdict"] == "error":
         st.error(error_message(row["note"]), icon=":material/error:")
         return
-    expected, measured = st.columns([2, 3])
-    expected.markdown(f"**Expected.** {escape(row['expected'])}")
-    measured.dataframe(measured_rows(row["measured"]), hide_index=True)
+    st.markdown(f"**Why.** {escape(row['reason'])}")
+    st.dataframe(per_seed_rows(row["per_seed"]), hide_index=True)
+    st.caption(f"Rule: {escape(row['rule'])}. Threshold: {escape(row['threshold'])}.")
+    st.caption(f"The paper: {escape(row['source'])}")
+    st.caption(f"Our set-up: {escape(row['setup'])}. Paper scale: {escape(row['paper_scale'])}")
+    if row["measured"]:
+        with st.expander("Other measured numbers"):
+            st.dataframe(measured_rows(row["measured"]), hide_index=True)
     if row["note"]:
         st.caption(escape(row["note"]))
-    draw = FIGURES.get((claim.paper, claim.id))
+    field, draw = FIGURES.get((claim.paper, claim.id), (None, None))
     if draw is not None:
         try:
-            fig = draw(row["measured"])
-        except (KeyError, TypeError, ValueError) as error:  # the claim's numbers are not shaped as drawn here
+            fig = draw(row[field])
+        except (KeyError, TypeError, ValueError, IndexError) as error:  # numbers not shaped as drawn here
             st.caption(f"No figure for these numbers ({type(error).__name__}: {error}).")
             return
         figures.show(fig, key=f"papers-{claim.paper}-{claim.id}-{mode}", name=f"{claim.paper}-{claim.id}-{mode}")
@@ -324,9 +321,10 @@ def show_result(claim: Claim, row: dict, fast: bool) -> None:
 def claims_section(paper: str, fast: bool) -> None:
     paper_claims = claims(paper)
     st.markdown(f"#### Claims ({len(paper_claims)})")
-    st.caption("Each claim is checked on real runs at CPU scale, with a criterion fixed from the paper's statement "
-               "before any number is read. Results are cached on the server: a claim someone already ran "
-               "shows at once.")
+    st.caption("Each claim is checked on real runs at CPU scale, on several seeds in full mode: it holds or does not "
+               "hold only when every seed agrees by more than the run-to-run noise; otherwise, or when a score sits "
+               "at its trivial floor (chance accuracy, float noise), it is inconclusive. Results are cached on the "
+               "server: a claim someone already ran shows at once.")
     if st.button("Run all claims of this paper", key=f"papers-run-all-{paper}", icon=":material/play_arrow:"):
         run_with_progress(paper_claims, fast)
     for claim in paper_claims:
