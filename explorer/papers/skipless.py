@@ -47,11 +47,11 @@ import math  # noqa: E402
 
 from explorer.papers.claims import Verdict, claim, combine, decide, seeded  # noqa: E402
 
-_FAST_TRAIN = {"model.depth": 4, "model.width": 32, "model.heads": 2, "data.n_val": 256,
+FAST_TRAIN = {"model.depth": 4, "model.width": 32, "model.heads": 2, "data.n_val": 256,
                "train.steps": 100, "train.batch_size": 32, "train.log_every": 20}
 # CPU full mode: 20k training images (2000 overfit and leave every model at chance), 200 steps so that 3 seeds of 3
 # arms fit ~6 minutes on a 2-core CPU; paper scale: 20k images, 2000 steps, 5 seeds (on a GPU).
-_CPU_TRAIN = {"data.n_train": 20_000, "train.steps": 200}
+CPU_TRAIN = {"data.n_train": 20_000, "train.steps": 200}
 _PAPER_TRAIN = {"data.n_train": 20_000, "train.steps": 2000, "train.log_every": 100}
 PAPER_SEEDS = (0, 1, 2, 3, 4)
 _RUNS: dict = {}  # (preset, mode, seed) -> Run, shared by the Table 1 and Figure 4 claims within one process
@@ -64,7 +64,7 @@ def trained(name: str, fast: bool, seed: int = 0, scale: str = "cpu", device: st
 
     key = (name, fast, seed, scale, device)
     if key not in _RUNS:
-        changes = _FAST_TRAIN if fast else _PAPER_TRAIN if scale == "paper" else _CPU_TRAIN
+        changes = FAST_TRAIN if fast else _PAPER_TRAIN if scale == "paper" else CPU_TRAIN
         spec = seeded(preset(name).with_values({**changes, "train.device": device} if device != "cpu" else changes), seed)
         _RUNS[key] = train(spec)
     return _RUNS[key]
