@@ -88,6 +88,15 @@ def test_explorer_claims_prints_a_readable_table_and_refuses_unknown_ids(scratch
     assert "nosuch" in err and "valid ids: fine, broken" in err
 
 
+def test_paper_scale_without_a_spec_is_inconclusive_with_its_reason_and_runs_nothing(monkeypatch):
+    table7 = registry.CLAIMS["dca/table7-ablation"]
+    monkeypatch.setattr(dca, "_summary", lambda spec: pytest.fail("trained at paper scale without a paper spec"))
+    row = table7.run(scale="paper", device="cuda")
+    assert row["verdict"] == "inconclusive" and "no paper-scale spec" in row["reason"] and "LM1B" in row["reason"]
+    with pytest.raises(registry.SpecError):
+        table7.run(scale="huge")
+
+
 def test_ids_are_unique_per_paper_and_papers_are_known():
     with pytest.raises(ValueError):
         registry.claim("nope", "x", "", "", "", "")

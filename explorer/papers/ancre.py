@@ -149,7 +149,7 @@ _LNN_SETUP = ("d = 8 whitened regression (64 samples) with a rank-4 target, line
        "depth K grows from 2 to 3 to 4.",
        "Sec. 3.1: \"Figure 2a outlines the loss evolution with depth K = 2, 3, 4 ... Without the aid of residual "
        "connection, the convergence slows down when the network grows deeper.\"",
-       "the same as the CPU scale (the paper's case study is a small linear network); seconds on any CPU")
+       "the same as the CPU scale (the paper's case study is a small linear network); seconds on any CPU", paper_spec=True)
 def _depth_slows(mode, depths=(2, 3, 4), threshold: float = 1e-3) -> Verdict:
     steps = 1000 if mode.fast else 2000
     reach = {k: [steps_to(r, threshold) for r in _lnn_seeds(f"ancre-fig2a-K{k}", steps, mode.seeds)] for k in depths}
@@ -177,7 +177,7 @@ def _depth_slows(mode, depths=(2, 3, 4), threshold: float = 1e-3) -> Verdict:
        "Sec. 3.2: \"While the 0:1 residual connection cannot be faster than a sublinear convergence rate, the 0:2 "
        "shortcut yields an exponential improvement.\" (Theorems 3.2 and 3.3, gradient flow from a small "
        "diagonal initialisation)",
-       "the same as the CPU scale (a 3-layer linear network); seconds on any CPU")
+       "the same as the CPU scale (a 3-layer linear network); seconds on any CPU", paper_spec=True)
 def _shortcut_02(mode, slow: str = "0:1", fast_arm: str = "0:2") -> Verdict:
     steps = 1000 if mode.fast else 2000
     growth = {s: [decade_growth(r) for r in _lnn_seeds(f"ancre-fig2b-{s}", steps, mode.seeds, **{"train.log_every": 1})]
@@ -202,7 +202,7 @@ def _shortcut_02(mode, slow: str = "0:1", fast_arm: str = "0:2") -> Verdict:
        "0:2 on the 3-layer and 0:3 on the 4-layer linear network.",
        "Sec. 4.1: \"ANCRe learns a data-driven connectivity, and hence achieves a linear convergence rate on par "
        "with the optimal case; cf. Figure 2b and 2c.\"",
-       "the same as the CPU scale (3- and 4-layer linear networks); seconds on any CPU")
+       "the same as the CPU scale (3- and 4-layer linear networks); seconds on any CPU", paper_spec=True)
 def _ancre_fast_rate(mode, pairs=((3, "ancre-fig2b-0:2", "ancre-fig2b-ancre"), (4, "ancre-fig2c-0:3", "ancre-fig2c-ancre"))
                      ) -> Verdict:
     steps = 500 if mode.fast else 2000

@@ -166,6 +166,7 @@ class Claim:
     source: str
     paper_scale: str
     check: Callable[..., Verdict] = field(repr=False)
+    paper_spec: bool = False  # whether --scale paper runs something other than "no paper-scale spec"
 
     def run(self, fast: bool = False, scale: str = "cpu", device: str = "cpu", **controls) -> dict[str, Any]:
         """The claim's row (see ROW_KEYS); `controls` go to the check (the tests' negative controls)."""
@@ -175,6 +176,11 @@ class Claim:
         start = time.perf_counter()
         row = {"paper": self.paper, "id": self.id, "section": self.section, "statement": self.statement,
                "source": self.source, "paper_scale": self.paper_scale, "mode": mode.label}
+        if scale == "paper" and not self.paper_spec:
+            row.update({"verdict": "inconclusive", "reason": f"no paper-scale spec for this claim: {self.paper_scale}",
+                        "rule": "", "threshold": "", "setup": "", "per_seed": {}, "measured": {}, "note": "",
+                        "seconds": 0.0})
+            return row
         try:
             result = self.check(mode, **controls)
             row.update({"verdict": result.decision.verdict, "reason": result.decision.reason,
@@ -194,11 +200,13 @@ ROW_KEYS = ("paper", "id", "section", "statement", "source", "paper_scale", "mod
 CLAIMS: dict[str, Claim] = {}
 
 
-def claim(paper: str, id: str, section: str, statement: str, source: str, paper_scale: str):
+def claim(paper: str, id: str, section: str, statement: str, source: str, paper_scale: str, paper_spec: bool = False):
     """Register `check(mode, **controls) -> Verdict` as a claim of `paper` (one of PAPERS), under a unique `id`.
 
     `source`: the paper's words, quoted, with their location; `paper_scale`: what running the claim at the
-    paper's size means here (`--scale paper`), with the hardware and time it needs, or why it is the same."""
+    paper's size means here (`--scale paper`), with the hardware and time it needs, or why it is the same;
+    `paper_spec`: True when `--scale paper` runs it (at the paper's size, or because the CPU check already is);
+    otherwise `--scale paper` answers inconclusive with `paper_scale` as the reason."""
     if paper not in PAPERS:
         raise ValueError(f"paper must be one of {', '.join(PAPERS)}, got {paper!r}")
 
@@ -206,7 +214,7 @@ def claim(paper: str, id: str, section: str, statement: str, source: str, paper_
         key = f"{paper}/{id}"
         if key in CLAIMS:
             raise ValueError(f"claim {key} is registered twice")
-        CLAIMS[key] = Claim(paper, id, section, statement, source, paper_scale, check)
+        CLAIMS[key] = Claim(paper, id, section, statement, source, paper_scale, check, paper_spec)
         return check
 
     return register

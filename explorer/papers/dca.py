@@ -100,7 +100,7 @@ def fig1_spec(task: str, topology: str, fast: bool, seed: int = 0):
        "Sec. 1: \"Perhaps surprisingly, we observe that the residual network is unable\" [to learn them as well]; "
        "Figure 1: \"Each model consists of 10 linear layers, each of rank 3, and is trained using mini-batch SGD.\"",
        "the same as the CPU scale (d = 100, 10 rank-3 layers, 10^3 batches of 100 as in Figure 1); about a minute "
-       "on a CPU")
+       "on a CPU", paper_spec=True)
 def _fig1(mode, arms=("resnet", "grn-v1")) -> Verdict:
     per_seed, parts = {}, {}
     for task, factor, reason in (("identity", 10.0, "ours: Figure 1a's curves end more than a decade apart"),
@@ -145,7 +145,7 @@ def thm41_spec(topology: str, fast: bool, seed: int = 0):
        "excess risk ER*, and for a target far from alpha I GRN-v1's optimum is strictly below ResNet's.",
        "Theorem 4.1: \"C_res = {x -> (I + M)x : rank(M) <= r_*}. C_GRN-v1 = {x -> (alpha I + M)x : rank(M) <= "
        "r_*}.\"; Sec. 4.2: \"ER*(C) := min over A_hat in C of ||A - A_hat||_F^2\"",
-       "the same as the CPU scale (the theorem is about these small linear models); seconds on any CPU")
+       "the same as the CPU scale (the theorem is about these small linear models); seconds on any CPU", paper_spec=True)
 def _thm41(mode, arms=(("base", "none"), ("resnet", "cascaded"), ("grn_v1", "grn-v1")), band=(1 - 1e-3, 1.05)) -> Verdict:
     import numpy as np
 
@@ -192,7 +192,7 @@ _INIT_TOLERANCE = 1e-5
        "Transformer.",
        "Sec. 5: \"Since our method is identical to a standard residual network at initialization, adding DCA to a "
        "pre-trained model does not alter its function.\"",
-       "the same as the CPU scale (an identity at init does not depend on size); seconds on any CPU")
+       "the same as the CPU scale (an identity at init does not depend on size); seconds on any CPU", paper_spec=True)
 def _init_equal(mode, variants=None) -> Verdict:
     import torch
 

@@ -215,7 +215,7 @@ def steps_to(run, threshold: float = ACCURACY) -> int | None:
        "theta1 - I of the following square layer reach rank above D0 during SGD; padding zeros keeps it <= D0.",
        "Sec. 3.1.2: with theta(0) = (I 0)^T the gradient of the square layer has rank <= D0, so "
        "rank(theta(1) - I) <= D0 during training; \"IDInit ... breaking the rank constraints\" (Sec. 1)",
-       "the same as the CPU scale (the constraint is exact at any size); seconds on any CPU")
+       "the same as the CPU scale (the constraint is exact at any size); seconds on any CPU", paper_spec=True)
 def _rank_constraint(mode, arms=("zero padding", "padded identity"), head: str = "zero") -> Verdict:
     steps = 40 if mode.fast else 400
     ranks = {a: [] for a in arms}
@@ -238,7 +238,7 @@ def _rank_constraint(mode, arms=("zero padding", "padded identity"), head: str =
        "problem of Bartlett et al.), while SGD with momentum makes the layers differ.",
        "Sec. 3.1.1 / App. A.2, Fig. 10: GD from identity keeps the layers equal; \"SGD with momentum\" breaks the "
        "symmetry and converges",
-       "the same as the CPU scale (a 4-layer linear net of width 10, as in Figure 10); seconds on any CPU")
+       "the same as the CPU scale (a 4-layer linear net of width 10, as in Figure 10); seconds on any CPU", paper_spec=True)
 def _gd_vs_sgd(mode, arms=("GD", "SGD+momentum")) -> Verdict:
     steps = 100 if mode.fast else 400
     runs = symmetry_runs(steps)

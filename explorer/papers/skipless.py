@@ -160,7 +160,7 @@ _CHANCE = 0.2  # 5 balanced classes
        "Table 1 (ViT-Base, ImageNet-1k, AdamW): with skips 80.3, skipless default init 61.4, skipless + our init "
        "78.1 top-1; Figure 1: training loss of the same three",
        "--scale paper (--device cuda): 20k shapes images, 2000 AdamW steps, 5 seeds per arm: about 10 minutes on one "
-       "GPU (ImageNet and ViT-Base do not ship offline)")
+       "GPU (ImageNet and ViT-Base do not ship offline)", paper_spec=True)
 def _table1_accuracy(mode, arms=("skip-table1-skip", "skip-table1-skipless", "skip-table1-skipless-init")) -> Verdict:
     skip, default, init = arms
     seeds = _seeds(mode)
@@ -215,7 +215,7 @@ def deep_block_miou(run) -> tuple[float, float]:
        "a dense linear probe scores a higher mIoU on them.",
        "Sec. 6.2.1 / Figure 4: skipless features are \"cleaner\" (PCA maps); Table 2: higher dense-probe mIoU for "
        "the skipless ViT (self-supervised DINO ViTs on ImageNet, segmentation probes)",
-       "--scale paper uses the Table 1 runs at paper scale (see table1-accuracy); DINO pre-training is not provided")
+       "--scale paper uses the Table 1 runs at paper scale (see table1-accuracy); DINO pre-training is not provided", paper_spec=True)
 def _fig4_dense_miou(mode, arms=("skip-table1-skip", "skip-table1-skipless-init")) -> Verdict:
     skip, skipless = arms
     deep = {a: [] for a in arms}

@@ -188,7 +188,7 @@ def _slope(x, y) -> float:
        "and grows with depth when tau = L^-0.25 (E||h_L||^2 > L^(2c) with c = 1/4).",
        "Sec. 3.1, Theorem 1: for tau <= 1/Omega(sqrt(L)) the forward process is bounded; Sec. 3.3, Theorem 4: \"if "
        "tau >= L^(-1/2 + c), then in expectation E||h_L||^2 > L^(2c).\"",
-       "the same as the CPU scale (width 128 as in the paper; depths up to 1000 in full mode); a minute on a CPU")
+       "the same as the CPU scale (width 128 as in the paper; depths up to 1000 in full mode); a minute on a CPU", paper_spec=True)
 def _init_norms(mode, bounded: str = "1/sqrt(L)", growing: str = "1/L^0.25", slack: float = 1.1) -> Verdict:
     import numpy as np
 
@@ -243,7 +243,7 @@ def _explodes(summary) -> bool:
        "--scale paper: depths 3..1000 on MNIST (EXPLORER_DATA_DIR) for a few epochs each needs one GPU for ~1 hour; "
        "not provided as a spec here")
 def _fig1(mode, trainable=("1/L", "1/sqrt(L)"), exploding: str = "1/L^0.25", lr: float = FIG1_LR) -> Verdict:
-    depths, steps = ([10, 30], 100) if mode.fast else ([10, 30, 100], 300)
+    depths, steps = ([10, 30], 100) if mode.fast else ([10, 30, 100], 200)
     per_seed, checks, short = {}, [], False
     for s in mode.seeds:
         ok = True
