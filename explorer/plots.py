@@ -889,8 +889,9 @@ def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) ->
     """Claim results as one HTML table, the same in the notebooks and on the app's Papers page.
 
     A row needs only "verdict"; it may have "id", "section", "measured" (name -> number), "per_seed"
-    (a list of per-seed numbers or dicts), "rule" (how the verdict was decided), "expected", "note" and
-    "seconds"; missing fields are left blank. Every text is HTML-escaped, so claim text such as
+    (quantity -> one value per seed, as explorer.papers.claims gives it; or a list, one entry per seed),
+    "rule", "threshold" and "reason" (how the verdict was decided and why), "expected", "setup", "note"
+    and "seconds"; missing fields are left blank. Every text is HTML-escaped, so claim text such as
     "||W|| < 1" shows literally. Verdicts: holds (green), does-not-hold (red), inconclusive (violet,
     never green), error (grey); an unknown verdict shows in grey as written.
     """
@@ -903,9 +904,15 @@ def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) ->
         colour, label = VERDICT_STYLES.get(verdict, ("#6e7781", verdict))
         measured = "<br>".join(f"<b>{html.escape(str(k))}</b>: {_cell(v)}" for k, v in (row.get("measured") or {}).items())
         seeds = row.get("per_seed") or []
-        per_seed = "<br>".join(f"seed {i}: {_cell(v)}" for i, v in enumerate(seeds))
-        rule = "<br>".join(html.escape(str(row[k])) for k in ("rule", "expected") if row.get(k))
-        note = html.escape(str(row.get("note") or "")).split("\nTraceback", 1)[0]
+        if isinstance(seeds, Mapping):  # quantity -> [seed 0, seed 1, ...]
+            per_seed = "<br>".join(f"<b>{html.escape(str(k))}</b>: " + ", ".join(_cell(v) for v in (values or []))
+                                   for k, values in seeds.items())
+        else:
+            per_seed = "<br>".join(f"seed {i}: {_cell(v)}" for i, v in enumerate(seeds))
+        rule = "<br>".join(html.escape(f"{label}{row[k]}") for k, label in
+                           (("rule", ""), ("threshold", "threshold: "), ("reason", "why: "), ("expected", "expected: "))
+                           if row.get(k))
+        note = html.escape(" ".join(str(row[k]) for k in ("setup", "note") if row.get(k))).split("\nTraceback", 1)[0]
         cells = ([f"<b>{html.escape(str(row.get('id', '')))}</b><br><small>{html.escape(str(row.get('section', '')))}</small>"]
                  if show_claim else [])
         cells += [f"<span class='verdict verdict-{html.escape(verdict)}' style='color:{colour}'><b>{html.escape(label)}</b></span>",

@@ -10,13 +10,14 @@ import streamlit as st
 import explorer
 from explorer import plots
 from explorer.papers import claims as claims_module
-from explorer.papers.claims import Verdict, claims
+from explorer.papers.claims import Decision, Verdict, claims
 from explorer_app import state
 
 TABS = {"ancre": "ANCRe", "dca": "DCA", "idinit": "IDInit", "tau": "τ stability", "skipless": "Cutting the Skip"}
 TITLES = {"ancre": "ANCRe", "dca": "DeepCrossAttention", "idinit": "IDInit", "tau": "Stability and Convergence",
           "skipless": "Cutting the Skip"}
-BADGES = {"holds": "holds", "does-not-hold": "does not hold at this scale", "error": "error"}
+BADGES = {"holds": "holds", "does-not-hold": "does not hold at this scale", "inconclusive": "inconclusive",
+          "error": "error"}
 FAST_CLAIM = ("idinit", "chi-at-init")  # about 0.2 s warm, 3 s cold (fast mode; builds two models, no training)
 
 
@@ -82,16 +83,17 @@ def test_run_all_reports_every_claim_holds_a_job_slot_and_shows_errors_without_t
     paper = "idinit"
     calls, slots_in_use = {}, []
 
-    def fake(claim_id, holds):
-        def check(fast):
+    def fake(claim_id, verdict):
+        def check(mode):
             calls[claim_id] = calls.get(claim_id, 0) + 1
             slots_in_use.append(state.job_queue().counts()[0])
-            if holds is None:
+            if verdict is None:
                 raise RuntimeError("the check broke")
-            return Verdict({"value": 1.5}, holds, "a note")
+            return Verdict(Decision(verdict, "a rule", "a reason"), {"value": [1.5]}, "ours: 1", "a set-up",
+                           {"other": 2.0}, "a note")
         return check
 
-    outcomes = [True, False, None] + [True] * (len(claims(paper)) - 3)
+    outcomes = ["holds", "does-not-hold", None, "inconclusive"] + ["holds"] * (len(claims(paper)) - 4)
     for claim, holds in zip(claims(paper), outcomes):
         monkeypatch.setitem(claims_module.CLAIMS, f"{paper}/{claim.id}",
                             dataclasses.replace(claim, check=fake(claim.id, holds)))
@@ -100,8 +102,9 @@ def test_run_all_reports_every_claim_holds_a_job_slot_and_shows_errors_without_t
     at = open_page("papers", query={"paper": TABS[paper]})
     at.button(key=f"papers-run-all-{paper}").click().run()
     assert not at.exception
-    assert verdicts_shown(at) == [BADGES["holds"], BADGES["does-not-hold"], BADGES["error"]] \
-        + [BADGES["holds"]] * (len(ids) - 3)
+    assert verdicts_shown(at) == [BADGES["holds"], BADGES["does-not-hold"], BADGES["error"], BADGES["inconclusive"]] \
+        + [BADGES["holds"]] * (len(ids) - 4)
+    assert [b.split("[")[0] for b in badges(at)][:4] == [":green-badge", ":red-badge", ":gray-badge", ":violet-badge"]
     [error] = at.error
     assert error.value.replace("\\", "") == "RuntimeError: the check broke" and "Traceback" not in error.value  # escaped text
     assert at.get("progress")[0].proto.value == 100

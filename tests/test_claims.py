@@ -1,27 +1,70 @@
-"""Claims: the framework (rows, errors as verdicts, JSON) and `explorer claims --fast` over every paper."""
+"""Claims: the decision rule (noise, floors, clear and reversed effects), the framework (rows, errors as verdicts,
+JSON, the table, unknown ids), `explorer claims --fast` over every paper, and one negative control per claim: a
+swapped or broken set-up whose verdict must differ from the claim's own (a check that cannot fail is a defect)."""
 
 import json
+import types
 
 import pytest
 
 from explorer.cli import main
+from explorer.papers import ancre, dca, skipless
 from explorer.papers import claims as registry
-from explorer.papers.claims import PAPERS, Verdict, claims, run_claims
+from explorer.papers.claims import (PAPERS, ROW_KEYS, VERDICTS, Decision, Verdict, claims, combine, decide,
+                                    decide_all, run_claims)
 
-KEYS = {"paper", "id", "section", "statement", "measured", "expected", "verdict", "note", "seconds"}
 
+# ---- the decision rule ------------------------------------------------------------------------------------------
+
+def test_a_clear_effect_holds_and_its_reverse_does_not():
+    assert decide([0.50, 0.55, 0.45], fast_margin=1).verdict == "holds"
+    assert decide([-0.50, -0.55, -0.45], fast_margin=1).verdict == "does-not-hold"
+
+
+def test_noise_is_inconclusive():
+    assert decide([0.5, -0.4, 0.3], fast_margin=1).verdict == "inconclusive"       # the seeds disagree
+    assert decide([0.1, 0.9, 0.05], fast_margin=1).verdict == "inconclusive"       # same sign, mean < 2 std
+    assert decide([0.01, 0.012, 0.011], fast_margin=1, min_effect=0.05).verdict == "inconclusive"  # too small
+
+
+def test_a_floor_makes_any_effect_inconclusive():
+    decision = decide([0.5, 0.55, 0.45], fast_margin=1, floors={"accuracy at chance": True, "other": False})
+    assert decision.verdict == "inconclusive" and "accuracy at chance" in decision.reason
+    assert "accuracy at chance" in decision.rule
+    assert decide_all([True, True], "passes", floors={"too short": True}).verdict == "inconclusive"
+
+
+def test_one_seed_decides_only_beyond_the_fast_margin():
+    assert decide([0.3], fast_margin=0.5).verdict == "inconclusive"
+    assert decide([0.7], fast_margin=0.5).verdict == "holds"
+    assert decide([-0.7], fast_margin=0.5).verdict == "does-not-hold"
+    assert "one seed" in decide([0.7], fast_margin=0.5).rule
+
+
+def test_per_seed_checks_and_combined_parts():
+    assert decide_all([True, True, True], "t").verdict == "holds"
+    assert decide_all([False, False], "t").verdict == "does-not-hold"
+    assert decide_all([True, False], "t").verdict == "inconclusive"
+    holds, no, maybe = Decision("holds", "a", ""), Decision("does-not-hold", "b", ""), Decision("inconclusive", "c", "")
+    assert combine({"x": holds, "y": holds}).verdict == "holds"
+    assert combine({"x": holds, "y": maybe}).verdict == "inconclusive"
+    assert combine({"x": maybe, "y": no}).verdict == "does-not-hold"
+
+
+# ---- the framework ----------------------------------------------------------------------------------------------
 
 @pytest.fixture
 def scratch_claims(monkeypatch):
     """Two claims of our own, registered for the test only."""
     monkeypatch.setattr(registry, "CLAIMS", {})
 
-    @registry.claim("tau", "fine", "Sec. 1", "it holds", "holds")
-    def fine(fast):
-        return Verdict({"value": 1.5, "nan": float("nan")}, True, "ok")
+    @registry.claim("tau", "fine", "Sec. 1", "it holds", "\"quoted\" (Sec. 1)", "same as cpu")
+    def fine(mode):
+        return Verdict(decide([1.0, 1.1, 0.9], fast_margin=1), {"gap": [1.0, 1.1, float("nan")]}, "ours: 1",
+                       "our set-up", {"nan": float("nan")}, "ok")
 
-    @registry.claim("tau", "broken", "Sec. 2", "it breaks", "nothing")
-    def broken(fast):
+    @registry.claim("tau", "broken", "Sec. 2", "it breaks", "\"quoted\" (Sec. 2)", "same as cpu")
+    def broken(mode):
         raise RuntimeError("boom")
 
 
@@ -29,36 +72,150 @@ def scratch_claims(monkeypatch):
 def test_a_claim_that_errors_is_a_row_not_a_crash(scratch_claims):
     rows = run_claims("tau", fast=True)
     assert [r["verdict"] for r in rows] == ["holds", "error"]
-    assert set(rows[0]) == KEYS and rows[0]["measured"] == {"value": 1.5, "nan": None}
-    assert "RuntimeError: boom" in rows[1]["note"]
+    assert set(rows[0]) == set(ROW_KEYS) and rows[0]["per_seed"] == {"gap": [1.0, 1.1, None]}
+    assert rows[0]["measured"] == {"nan": None} and rows[0]["source"] == "\"quoted\" (Sec. 1)"
+    assert "RuntimeError: boom" in rows[1]["note"] and rows[1]["reason"] == "RuntimeError: boom"
     json.dumps(rows)  # JSON-able, NaN turned into null
+
+
+def test_explorer_claims_prints_a_readable_table_and_refuses_unknown_ids(scratch_claims, capsys):
+    assert main(["claims", "--paper", "tau", "--id", "fine"]) == 0
+    out = capsys.readouterr().out
+    assert "HOLDS" in out and "per seed:  gap: 1, 1.1, -" in out and "rule:" in out and "source:" in out
+    assert main(["claims", "--paper", "tau", "--id", "nosuch"]) != 0
+    err = capsys.readouterr().err
+    assert "nosuch" in err and "valid ids: fine, broken" in err
+
+
+def test_paper_scale_without_a_spec_is_inconclusive_with_its_reason_and_runs_nothing(monkeypatch):
+    table7 = registry.CLAIMS["dca/table7-ablation"]
+    monkeypatch.setattr(dca, "_summary", lambda spec: pytest.fail("trained at paper scale without a paper spec"))
+    row = table7.run(scale="paper", device="cuda")
+    assert row["verdict"] == "inconclusive" and "no paper-scale spec" in row["reason"] and "LM1B" in row["reason"]
+    with pytest.raises(registry.SpecError):
+        table7.run(scale="huge")
 
 
 def test_ids_are_unique_per_paper_and_papers_are_known():
     with pytest.raises(ValueError):
-        registry.claim("nope", "x", "", "", "")
+        registry.claim("nope", "x", "", "", "", "")
     every = claims()
     assert len({(c.paper, c.id) for c in every}) == len(every)
     assert {c.paper for c in every} <= set(PAPERS)
-
-
-def test_every_paper_has_claims():
-    for paper in PAPERS:
-        assert claims(paper), f"{paper} has no claims"
-
-
-def test_explorer_claims_fast_runs_every_claim_without_errors(capsys):
-    assert main(["claims", "--fast", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
-    assert {r["paper"] for r in rows} == set(PAPERS)
-    errors = [f"{r['paper']}/{r['id']}: {r['note']}" for r in rows if r["verdict"] == "error"]
-    assert not errors, errors
-    for row in rows:
-        assert set(row) == KEYS and row["verdict"] in ("holds", "does-not-hold") and row["measured"]
-    print("\n".join(f"{r['paper']}/{r['id']}: {r['verdict']} in {r['seconds']} s" for r in rows))
+    assert all(c.source and c.paper_scale for c in every)
 
 
 def test_unknown_paper_is_refused(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["claims", "--paper", "nope"])
     assert exit_.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+# ---- every claim in fast mode, and its negative control ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fast_rows():
+    """Every claim's fast-mode row, by "paper/id" (their runs are cached in the paper modules, so the controls
+    that swap arms re-use them)."""
+    return {f"{r['paper']}/{r['id']}": r for r in run_claims(fast=True)}
+
+
+def test_explorer_claims_fast_runs_every_claim_without_errors(fast_rows, capsys):
+    rows = list(fast_rows.values())
+    assert {r["paper"] for r in rows} == set(PAPERS) and len(rows) == len(claims())
+    errors = [f"{key}: {r['note']}" for key, r in fast_rows.items() if r["verdict"] == "error"]
+    assert not errors, errors
+    for row in rows:
+        assert set(row) == set(ROW_KEYS) and row["verdict"] in VERDICTS
+        assert row["per_seed"] and row["rule"] and row["threshold"] and row["setup"] and row["source"]
+        assert all(len(values) == 1 for values in row["per_seed"].values()), row["id"]  # fast mode: one seed
+    json.dumps(rows)
+    print("\n".join(f"{key}: {r['verdict']} in {r['seconds']} s" for key, r in fast_rows.items()))
+
+
+def _fake_run(val_loss=None, accuracy=None, loss=None):
+    summary = {"final_val_loss": val_loss, "final_val_accuracy": accuracy, "final_loss": loss, "status": "finished"}
+    return types.SimpleNamespace(history=[{"val_loss": val_loss}], summary=lambda: summary,
+                                 model=types.SimpleNamespace(stack=types.SimpleNamespace(topology=None)))
+
+
+def _fake_gpt_runs(monkeypatch):
+    """ANCRe's and DCA's GPT claims on stand-in runs: val loss 2.0 for cascaded/Transformer arms, 1.9 for the others,
+    3.0 for a run trained at lr 1e-6 (the controls' broken arm), with a little seed noise."""
+    def loss(broken, cascaded, seed):
+        return (3.0 if broken else 2.0 if cascaded else 1.9) + 0.001 * seed
+
+    def ancre_run(name, **overrides):
+        return _fake_run(val_loss=loss(overrides.get("optim.lr") == 1e-6, name.endswith("cascaded"),
+                                       overrides.get("train.seed", 0)))
+
+    def dca_summary(spec):
+        raw = spec.to_dict()
+        run = _fake_run(val_loss=loss(raw["optim"]["lr"] == 1e-6, raw["topology"]["name"] == "cascaded",
+                                      raw["train"]["seed"]))
+        return run.summary()
+
+    monkeypatch.setattr(ancre, "train_cached", ancre_run)
+    monkeypatch.setattr(dca, "_summary", dca_summary)
+
+
+def _fake_vit_runs(monkeypatch, accuracy, miou):
+    """Cutting the Skip's claims on stand-in runs: `accuracy[preset]` and `miou[preset]`, training loss 1 - accuracy."""
+    monkeypatch.setattr(skipless, "trained", lambda name, *args: types.SimpleNamespace(
+        name=name, summary=lambda: {"final_val_accuracy": accuracy[name] + 0.001 * args[1],
+                                    "final_loss": 1.0 - accuracy[name]}))
+    monkeypatch.setattr(skipless, "deep_block_miou", lambda run: (miou[run.name], 0.14))
+
+
+SKIP, DEFAULT, INIT = "skip-table1-skip", "skip-table1-skipless", "skip-table1-skipless-init"
+# claim -> (controls that must make it fail, stand-ins installed first or None for real runs in fast mode)
+CONTROLS = {
+    "ancre/depth-slows-plain-lnn": ({"depths": (4, 3, 2)}, None),
+    "ancre/shortcut-02-exponential": ({"slow": "0:2", "fast_arm": "0:1"}, None),
+    "ancre/ancre-finds-fast-rate": ({"pairs": ((3, "ancre-fig2b-0:2", "ancre-fig2b-none"),)}, None),  # see PASSING
+    "ancre/normalization-needed": ({"better": "outgoing", "worse": "ingoing"}, None),
+    "ancre/gpt-block-ancre": ({"ancre_overrides": {"optim.lr": 1e-6}}, _fake_gpt_runs),
+    "dca/fig1-resnet-vs-grn-v1": ({"arms": ("grn-v1", "resnet")}, None),
+    "dca/thm41-class-optima": ({"arms": (("base", "none"), ("resnet", "grn-v1"), ("grn_v1", "cascaded"))}, None),
+    "dca/dca-equals-transformer-at-init": ({"variants": ("none",)}, None),
+    "dca/table7-ablation": ({"variant_overrides": {"optim.lr": 1e-6}}, _fake_gpt_runs),
+    "dca/table2-width-trend": ({"dca_overrides": {"optim.lr": 1e-6}}, _fake_gpt_runs),
+    "idinit/rank-constraint": ({"arms": ("padded identity", "zero padding")}, None),
+    "idinit/gd-vs-sgd-symmetry": ({"arms": ("SGD+momentum", "GD")}, None),
+    "idinit/idiz-dead-weights": ({"eps_dead": 1e-6, "eps_alive": 0.0}, None),
+    "idinit/chi-at-init": ({"arms": ("idinit", "kaiming")}, None),
+    "idinit/steps-to-accuracy": ({"target": 0.5, "faster_overrides": {"optim.lr": 1e-6}}, None),
+    "tau/init-norm-sharp-threshold": ({"bounded": "1/L^0.25", "growing": "1/sqrt(L)"}, None),
+    "tau/fig1-trainability": ({"trainable": ("1/L^0.25",), "exploding": "1/L", "lr": 0.01}, None),
+    "tau/fig3-bn-norm-growth": ({"arms": (("tau-fig3-bn-tau", "BN + tau"), ("tau-fig3-bn", "BN"))}, None),
+    "skipless/kl-conditioning": ({"arms": ("proposed", "default")}, None),
+    "skipless/table1-accuracy": ({"arms": (SKIP, INIT, DEFAULT)}, lambda mp: _fake_vit_runs(
+        mp, {SKIP: 0.40, DEFAULT: 0.21, INIT: 0.36}, {})),
+    "skipless/fig4-dense-miou": ({"arms": (INIT, SKIP)}, lambda mp: _fake_vit_runs(mp, {}, {SKIP: 0.2, INIT: 0.3})),
+}
+
+
+# claims whose own fast verdict may already be does-not-hold: a set-up that must pass, to see the verdict flip
+PASSING = {"ancre/ancre-finds-fast-rate": {"pairs": ((3, "ancre-fig2b-0:2", "ancre-fig2b-0:2"),)}}
+
+
+def test_every_claim_has_a_negative_control():
+    assert set(CONTROLS) == {f"{c.paper}/{c.id}" for c in claims()}
+
+
+@pytest.mark.parametrize("key", list(CONTROLS))
+def test_the_negative_control_makes_the_claim_fail(key, fast_rows, monkeypatch):
+    controls, stand_ins = CONTROLS[key]
+    claim = registry.CLAIMS[key]
+    if stand_ins is not None:  # the GPT and ViT claims: stand-in runs (the check's logic, not the training)
+        stand_ins(monkeypatch)
+        own = claim.run(fast=False)["verdict"]
+    else:
+        own = fast_rows[key]["verdict"]
+    control = claim.run(fast=stand_ins is None, **controls)
+    assert control["verdict"] == "does-not-hold", (key, control["reason"], control["note"])
+    if own == "does-not-hold":  # the claim fails on its own at this scale: show that the check can also pass
+        assert key in PASSING, f"{key} does not hold in fast mode: give it a passing control"
+        own = claim.run(fast=True, **PASSING[key])["verdict"]
+        assert own == "holds", (key, own)
+    assert own != control["verdict"], (key, own)

@@ -160,9 +160,9 @@ VERDICTS = {  # a claim's verdict -> (badge colour, icon, label); the labels are
     "error": ("gray", ":material/error:", plots.VERDICT_STYLES["error"][1]),
 }
 
-MODES = ("Fast mode shrinks every run (fewer steps, depths or seeds): seconds per claim. Full mode trains the "
-         "presets at their full length: up to several minutes per claim, ten minutes or more for a whole paper "
-         "on a 2-core CPU. Verdicts can differ between the two.")
+MODES = ("Fast mode runs one seed and small runs: seconds per claim, and it decides only large effects (otherwise "
+         "inconclusive). Full mode runs at least 3 seeds and decides on the paired same-seed differences: up to "
+         "several minutes per claim on a 2-core CPU. Verdicts can differ between the two.")
 
 RESULTS = "papers-results"  # session state: (paper, claim id, fast) -> the claim's result row
 
@@ -196,7 +196,7 @@ def run_claim(claim: Claim, fast: bool) -> dict:
     except ClaimFailed as failed:
         return failed.row
     except Exception as error:  # e.g. an invalid EXPLORER_MAX_JOBS: reported on the claim, the page goes on
-        return {"verdict": "error", "measured": {}, "expected": claim.expected,
+        return {"verdict": "error", "measured": {}, "per_seed": {}, "reason": f"{type(error).__name__}: {error}",
                 "note": f"{type(error).__name__}: {error}", "seconds": None}
 
 
@@ -257,48 +257,31 @@ def formatted(value) -> str:
 
 
 def tau_norm_figure(m: dict) -> go.Figure:
-    curves = {}
-    for rule, label in (("1/sqrt(L)", "τ = 1/√L"), ("1/L^0.25", "τ = L^-1/4")):
-        curves[f"measured, {label}"] = m[f"R[{rule}]"]
-        curves[f"theory upper bound, {label}"] = m[f"theory_R_upper[{rule}]"]
+    curves = {"measured, τ = 1/√L": m["R[1/sqrt(L)]"], "Theorem 1's ceiling, τ = 1/√L": m["theory_R_upper[1/sqrt(L)]"],
+              "measured, τ = L^-1/4": m["R[1/L^0.25]"], "Theorem 4's floor L^1/4, τ = L^-1/4": m["theorem4_floor[1/L^0.25]"]}
     return plots.theory_curves(m["depths"], curves, "Norm growth at initialisation: ||h_(L-1)|| / ||h_0||",
                                "depth L", "RMS norm ratio R", log_x=True, log_y=True)
 
 
-def kappa_figure(m: dict) -> go.Figure:
-    curves = {key.removeprefix("kappa_K_").replace("_", ", "): values
-              for key, values in m.items() if key.startswith("kappa_K_")}
-    return plots.norms_by_layer(curves, "Condition number of each attention block's input Jacobian K_l",
-                                ylabel="κ(K_l)", log_y=True)
+def width_figure(per_seed: dict) -> go.Figure:
+    """DCA's gain (Transformer - DCA validation loss) against width, one curve per seed, on its own axis."""
+    prefix = "gain (transformer - DCA) at width "
+    widths = sorted(int(key.removeprefix(prefix)) for key in per_seed if key.startswith(prefix))
+    n_seeds = len(per_seed[f"{prefix}{widths[0]}"])
+    curves = {f"seed {i}": [per_seed[f"{prefix}{w}"][i] for w in widths] for i in range(n_seeds)}
+    return plots.theory_curves(widths, curves, "DCA's gain over the Transformer against width (one curve per seed)",
+                               "width", "gain: val loss Transformer - DCA (nats)", log_x=True)
 
 
-def miou_figure(m: dict) -> go.Figure:
-    curves = {"ViT with skips": m["miou_per_block_skip"], "skipless, proposed init": m["miou_per_block_skipless_init"]}
-    return plots.theory_curves(list(range(len(curves["ViT with skips"]))), curves,
-                               "Dense linear-probe mIoU of each block's patch features",
-                               "block (0 = patch embedding)", "mIoU")
-
-
-def width_figure(m: dict) -> go.Figure:
-    widths = sorted(int(key[1:].removesuffix("_dca")) for key in m if key.endswith("_dca"))
-    curves = {name: [m[f"w{w}_{key}"] for w in widths]
-              for name, key in (("Transformer", "transformer"), ("DCA", "dca"))}
-    curves["DCA - Transformer"] = [m[f"w{w}_dca"] - m[f"w{w}_transformer"] for w in widths]
-    return plots.theory_curves(widths, curves, "Validation loss against width", "width",
-                               "validation loss (nats per character)", log_x=True,
-                               difference=["DCA - Transformer"], difference_label="DCA - Transformer (nats/char)")
-
-
-FIGURES = {  # claims whose measured numbers explorer.plots can draw
-    ("tau", "init-norm-sharp-threshold"): tau_norm_figure,
-    ("skipless", "kl-conditioning"): kappa_figure,
-    ("skipless", "fig4-dense-miou"): miou_figure,
-    ("dca", "table2-width-trend"): width_figure,
+FIGURES = {  # claims whose numbers explorer.plots can draw -> (field of the row, figure)
+    ("tau", "init-norm-sharp-threshold"): ("measured", tau_norm_figure),
+    ("dca", "table2-width-trend"): ("per_seed", width_figure),
 }
 
 
+
 def show_result(claim: Claim, row: dict, fast: bool) -> None:
-    """Verdict badge, the criterion next to the measured numbers, the note, and a figure where there is one."""
+    """Verdict badge, the per-seed numbers, the rule with its threshold and why, the set-up, and a figure."""
     mode = "fast" if fast else "full"
     color, icon, label = VERDICTS.get(row["verdict"], ("gray", ":material/help:", "unknown verdict"))
     took = f", computed in {row['seconds']} s" if row.get("seconds") is not None else ""
@@ -308,11 +291,13 @@ def show_result(claim: Claim, row: dict, fast: bool) -> None:
         return
     # the notebooks' verdict table (explorer.plots.verdict_table): every text in it is escaped
     st.html(plots.verdict_table([row], show_claim=False))
-    draw = FIGURES.get((claim.paper, claim.id))
+    st.caption(f"The paper: {escape(row['source'])}")
+    st.caption(f"Paper scale: {escape(row['paper_scale'])}")
+    field, draw = FIGURES.get((claim.paper, claim.id), (None, None))
     if draw is not None:
         try:
-            fig = draw(row["measured"])
-        except (KeyError, TypeError, ValueError) as error:  # the claim's numbers are not shaped as drawn here
+            fig = draw(row[field])
+        except (KeyError, TypeError, ValueError, IndexError) as error:  # numbers not shaped as drawn here
             st.caption(f"No figure for these numbers ({failure(error)}).")
             return
         figures.show(fig, key=f"papers-{claim.paper}-{claim.id}-{mode}", name=f"{claim.paper}-{claim.id}-{mode}")
@@ -323,9 +308,10 @@ def show_result(claim: Claim, row: dict, fast: bool) -> None:
 def claims_section(paper: str, fast: bool) -> None:
     paper_claims = claims(paper)
     st.markdown(f"#### Claims ({len(paper_claims)})")
-    st.caption("Each claim is checked on real runs at CPU scale, with a criterion fixed from the paper's statement "
-               "before any number is read. Results are cached on the server: a claim someone already ran "
-               "shows at once.")
+    st.caption("Each claim is checked on real runs at CPU scale, on several seeds in full mode: it holds or does not "
+               "hold only when every seed agrees by more than the run-to-run noise; otherwise, or when a score sits "
+               "at its trivial floor (chance accuracy, float noise), it is inconclusive. Results are cached on the "
+               "server: a claim someone already ran shows at once.")
     if st.button("Run all claims of this paper", key=f"papers-run-all-{paper}", icon=":material/play_arrow:"):
         run_with_progress(paper_claims, fast)
     for claim in paper_claims:

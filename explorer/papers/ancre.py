@@ -94,19 +94,21 @@ PRESETS.update({
 # running all the claims, or the notebook (which draws its figures from the same runs), trains each
 # configuration once per process.
 
-from explorer.papers.base import preset
-from explorer.probes import probe
-from explorer.train import train
-from explorer.papers.claims import Verdict, claim  # noqa: E402
+import math  # noqa: E402
 
-_FLOAT_FLOOR = 1e-9   # float32 losses bottom out near 1e-12..1e-13 here; rates are fitted above 1e-9
+from explorer.papers.base import preset
+from explorer.papers.claims import Verdict, claim, combine, decide, decide_all  # noqa: E402
+
+_FLOAT_FLOOR = 1e-9   # float32 losses bottom out near 1e-12..1e-13 here; nothing below 1e-9 is read as a rate
 _CACHE: dict = {}
 
 
 def train_cached(name: str, **overrides):
-    """explorer.train(preset(name) with overrides), cached per (name, overrides); the tiny linear nets run
-    on one thread (thread start-up costs dominate their 8-wide matmuls). The notebook calls this too."""
+    """train(preset(name) with overrides), cached per (name, overrides); the tiny linear nets run on one
+    thread (thread start-up costs dominate their 8-wide matmuls). The notebook calls this too."""
     import torch
+
+    from explorer.train import train
 
     key = (name, tuple(sorted(overrides.items())))
     if key not in _CACHE:
@@ -140,159 +142,186 @@ def steps_to(run, threshold: float) -> int | None:
     return None
 
 
-def rate_fits(run, floor: float = _FLOAT_FLOOR) -> dict:
-    """Fit the tail of the loss curve two ways and say which fits better.
+def decade_growth(run, first: float = 1e-3, decades: int = 1) -> float | None:
+    """Steps spent on the second block of `decades` loss decades below `first`, over those spent on the first.
 
-    Tail: the second half of the steps before the loss first falls to `floor` (all the steps if it
-    never does). linear rate: log(loss) = a - rate * step (exponential decay, "linear convergence");
-    sublinear: log(loss) = a - power * log(step). R^2 of each fit on the same points.
-    """
-    import numpy as np
+    A linear (exponential) rate spends the same steps on every decade (growth 1); a sublinear rate
+    L ~ t^-p spends 10^(decades/p) times more on each next block. A run that never reaches the end of the
+    second block counts its remaining steps (a lower bound); None if it never ends the first block. The
+    blocks stay above the float floor 1e-9."""
+    mid, last = first * 10.0 ** -decades, first * 10.0 ** (-2 * decades)
+    if last < _FLOAT_FLOOR * 0.999:
+        raise ValueError(f"the decades below {first:g} reach under the float floor {_FLOAT_FLOOR:g}")
+    t0, t1, t2 = steps_to(run, first), steps_to(run, mid), steps_to(run, last)
+    if t0 is None or t1 is None:
+        return None
+    t2 = _curve(run)[0][-1] if t2 is None else t2
+    return max(t2 - t1, 1) / max(t1 - t0, 1)
 
-    steps, losses = _curve(run)
-    end = next((s for s, l in zip(steps, losses) if l <= floor), None)
-    end = steps[-1] if end is None else end
-    pts = [(s, l) for s, l in zip(steps, losses) if end / 2 <= s <= end and s > 0 and l > 0]
-    if len(pts) < 4:
-        return {"tail": None, "better_fit": "too few points"}
-    s = np.array([p[0] for p in pts], dtype=float)
-    y = np.log(np.array([p[1] for p in pts]))
 
-    def r2(x):
-        slope, intercept = np.polyfit(x, y, 1)
-        resid = y - (slope * x + intercept)
-        total = ((y - y.mean()) ** 2).sum()
-        return slope, (1.0 - (resid ** 2).sum() / total) if total > 0 else 1.0
+def _lnn_seeds(name: str, steps: int, seeds, **extra) -> list:
+    return [train_cached(name, **{"train.steps": steps, "train.seed": s, **extra}) for s in seeds]
 
-    lin_slope, lin_r2 = r2(s)
-    pow_slope, pow_r2 = r2(np.log(s))
-    return {"tail": [int(s[0]), int(s[-1])], "linear_rate_per_step": -lin_slope, "r2_linear": lin_r2,
-            "power_exponent": -pow_slope, "r2_sublinear": pow_r2,
-            "better_fit": "linear" if lin_r2 > pow_r2 else "sublinear"}
+
+_LNN_SETUP = ("d = 8 whitened regression (64 samples) with a rank-4 target, linear layers of width 8 from N(0, 0.05^2), "
+              "full-batch gradient descent lr 0.05 (the paper: gradient flow, d and target not given)")
 
 
 @claim("ancre", "depth-slows-plain-lnn", "Sec. 3.1, Figure 2a",
        "Without residual connections, gradient descent on a deep linear network converges more slowly as the "
        "depth K grows from 2 to 3 to 4.",
-       "steps to reach loss 1e-3 strictly increase K=2 < K=3 < K=4 (never reached counts as infinite) AND the "
-       "loss after N steps strictly increases with K (N = 2000; fast: 1000)")
-def _depth_slows(fast: bool) -> Verdict:
-    steps = 1000 if fast else 2000
-    threshold = 1e-3
-    loss, reach = {}, {}
-    for k in (2, 3, 4):
-        run = train_cached(f"ancre-fig2a-K{k}", **{"train.steps": steps})
-        loss[k] = _curve(run)[1][-1]
-        reach[k] = steps_to(run, threshold)
-    order = [reach[k] if reach[k] is not None else float("inf") for k in (2, 3, 4)]
-    reach_ok = order[0] < order[1] < order[2]
-    loss_ok = loss[2] < loss[3] < loss[4]
-    measured = {f"loss_after_{steps}_K{k}": loss[k] for k in (2, 3, 4)}
-    measured.update({f"steps_to_{threshold:g}_K{k}": reach[k] for k in (2, 3, 4)})
-    parts = [f"steps to {threshold:g}: {'increasing' if reach_ok else 'NOT increasing'} with K",
-             f"loss after {steps} steps: {'increasing' if loss_ok else 'NOT increasing'} with K"]
-    if not loss_ok and loss[3] < loss[2]:
-        parts.append("K=3 escapes its plateau later but then ends below K=2 (which is still creeping down)")
-    note = (f"d=8 whitened regression, rank-4 target, GD lr 0.05, init std 0.05, seed 0, {steps} steps; "
-            + "; ".join(parts) + ".")
-    return Verdict(measured, reach_ok and loss_ok, note)
+       "Sec. 3.1: \"Figure 2a outlines the loss evolution with depth K = 2, 3, 4 ... Without the aid of residual "
+       "connection, the convergence slows down when the network grows deeper.\"",
+       "the same as the CPU scale (the paper's case study is a small linear network); seconds on any CPU", paper_spec=True)
+def _depth_slows(mode, depths=(2, 3, 4), threshold: float = 1e-3) -> Verdict:
+    steps = 1000 if mode.fast else 2000
+    reach = {k: [steps_to(r, threshold) for r in _lnn_seeds(f"ancre-fig2a-K{k}", steps, mode.seeds)] for k in depths}
+    parts = {}
+    for a, b in zip(depths, depths[1:]):
+        # log2 of steps(K=b) / steps(K=a); "never" counts as the budget (a lower bound for the deeper net)
+        diffs, never = [], []
+        for ra, rb in zip(reach[a], reach[b]):
+            never.append(ra is None and rb is None)
+            diffs.append(math.log2((rb or steps) / (ra or steps)))
+        parts[f"K={a} -> K={b}"] = decide(diffs, fast_margin=1.0, what=f"log2(steps to {threshold:g} at K={b} / at K={a})",
+                                          floors={"neither depth reaches the threshold in the run (too short)": any(never)})
+    return Verdict(combine(parts), {f"steps to loss {threshold:g}, K={k}": v for k, v in reach.items()},
+                   f"loss {threshold:g} (ours: Figure 2a's curves separate by orders of magnitude above it; never "
+                   f"reached = the budget of {steps} steps); fast-mode margin: a factor 2 in steps",
+                   f"{_LNN_SETUP}; seeds {list(mode.seeds)} (init and nothing else), {steps} steps. Steps to a loss "
+                   "threshold, not the final loss: the rank-4 target makes K=3 plateau near 1e-6 and its curve crosses "
+                   "K=2's after the escape")
+
 
 
 @claim("ancre", "shortcut-02-exponential", "Sec. 3.2, Theorems 3.2/3.3, Figure 2b",
-       "On the 3-layer linear network the single shortcut 0:2 converges exponentially faster than 0:1: 0:2 at a "
-       "linear (exponential) rate, 0:1 no faster than sublinearly.",
-       "loss(0:2) <= loss(0:1) / 100 after N steps (N = 2000; fast: 1000) AND on the tail (second half of the "
-       "steps before the loss reaches 1e-9) log(loss) vs step fits 0:2 better than log(loss) vs log(step), and "
-       "the reverse for 0:1")
-def _shortcut_02(fast: bool) -> Verdict:
-    steps = 1000 if fast else 2000
-    measured, fits = {}, {}
-    for s in ("0:1", "0:2"):
-        run = train_cached(f"ancre-fig2b-{s}", **{"train.steps": steps})
-        measured[f"loss_after_{steps}_{s}"] = _curve(run)[1][-1]
-        fits[s] = rate_fits(run)
-        measured[f"fit_{s}"] = fits[s]
-    ratio = measured[f"loss_after_{steps}_0:1"] / max(measured[f"loss_after_{steps}_0:2"], 1e-300)
-    measured["loss_ratio_01_over_02"] = ratio
-    holds = ratio >= 100 and fits["0:2"]["better_fit"] == "linear" and fits["0:1"]["better_fit"] == "sublinear"
-    note = (f"d=8, rank-4 target, GD lr 0.05, init std 0.05, seed 0, {steps} steps (GD, not gradient flow; "
-            "generic small random init, not the theorem's diagonal construction). 0:2 reaches the float32 floor "
-            f"(~1e-12) early, so its rate is fitted before that. Better fits: 0:1 {fits['0:1']['better_fit']}, "
-            f"0:2 {fits['0:2']['better_fit']}.")
-    return Verdict(measured, holds, note)
+       "On the 3-layer linear network the single shortcut 0:2 converges at a linear (exponential) rate, 0:1 no "
+       "faster than sublinearly.",
+       "Sec. 3.2: \"While the 0:1 residual connection cannot be faster than a sublinear convergence rate, the 0:2 "
+       "shortcut yields an exponential improvement.\" (Theorems 3.2 and 3.3, gradient flow from a small "
+       "diagonal initialisation)",
+       "the same as the CPU scale (a 3-layer linear network); seconds on any CPU", paper_spec=True)
+def _shortcut_02(mode, slow: str = "0:1", fast_arm: str = "0:2") -> Verdict:
+    steps = 1000 if mode.fast else 2000
+    growth = {s: [decade_growth(r) for r in _lnn_seeds(f"ancre-fig2b-{s}", steps, mode.seeds, **{"train.log_every": 1})]
+              for s in (slow, fast_arm)}
+    too_short = any(g is None for g in growth[slow] + growth[fast_arm])
+    diffs = [math.log10((gs or 1.0) / (gf or 1.0)) for gs, gf in zip(growth[slow], growth[fast_arm])]
+    gap = decide(diffs, fast_margin=0.5, what=f"log10(decade growth {slow} / decade growth {fast_arm})",
+                 floors={"an arm never gets from loss 1e-3 to 1e-4 (run too short)": too_short})
+    linear = decide_all([g is not None and g <= 2.0 for g in growth[fast_arm]],
+                        f"{fast_arm} spends at most 2x the steps on the decade 1e-4 -> 1e-5 as on 1e-3 -> 1e-4")
+    return Verdict(combine({"0:1 slows down more than 0:2": gap, "0:2 at a linear rate": linear}),
+                   {f"decade growth {s}": v for s, v in growth.items()},
+                   "decade growth = steps spent on loss 1e-4 -> 1e-5 over steps on 1e-3 -> 1e-4 (a linear rate gives 1, "
+                   "L ~ t^-p gives 10^(1/p)); <= 2 for linear (ours: halfway, on a log scale, between 1 and the "
+                   "10^(1/2) of the theorem's t^-2); fast-mode margin: a factor 10^0.5 between the arms",
+                   f"{_LNN_SETUP}; seeds {list(mode.seeds)}, {steps} steps logged every step; generic small random "
+                   "init, not the theorems' diagonal construction; GD, not gradient flow")
 
 
 @claim("ancre", "ancre-finds-fast-rate", "Sec. 4.1, Figures 2b/2c",
        "ANCRe, without being told the topology, converges at the fast (linear) rate of the best single shortcut: "
        "0:2 on the 3-layer and 0:3 on the 4-layer linear network.",
-       "at each depth: ANCRe's loss after N steps <= 10 x the best shortcut's (N = 2000; fast: 500) AND its tail "
-       "fits log(loss) vs step better than log(loss) vs log(step); holds only if both depths pass")
-def _ancre_fast_rate(fast: bool) -> Verdict:
-    steps = 500 if fast else 2000
-    measured, per_depth = {}, {}
-    for k, best in ((3, "ancre-fig2b-0:2"), (4, "ancre-fig2c-0:3")):
-        ancre_name = "ancre-fig2b-ancre" if k == 3 else "ancre-fig2c-ancre"
-        a = train_cached(ancre_name, **{"train.steps": steps})
-        b = train_cached(best, **{"train.steps": steps})
-        la, lb = _curve(a)[1][-1], _curve(b)[1][-1]
-        fit = rate_fits(a)
-        ok = la <= 10 * lb and fit["better_fit"] == "linear"
-        per_depth[k] = ok
+       "Sec. 4.1: \"ANCRe learns a data-driven connectivity, and hence achieves a linear convergence rate on par "
+       "with the optimal case; cf. Figure 2b and 2c.\"",
+       "the same as the CPU scale (3- and 4-layer linear networks); seconds on any CPU", paper_spec=True)
+def _ancre_fast_rate(mode, pairs=((3, "ancre-fig2b-0:2", "ancre-fig2b-ancre"), (4, "ancre-fig2c-0:3", "ancre-fig2c-ancre"))
+                     ) -> Verdict:
+    steps = 500 if mode.fast else 2000
+    per_seed, parts = {}, {}
+    for k, best, ancre_name in pairs:
+        a = _lnn_seeds(ancre_name, steps, mode.seeds, **{"train.log_every": 1})
+        b = _lnn_seeds(best, steps, mode.seeds, **{"train.log_every": 1})
+        ta = [steps_to(r, 1e-6) for r in a]
+        tb = [steps_to(r, 1e-6) for r in b]
+        ga = [decade_growth(r) for r in a]
         tag = best.split("-")[-1]
-        measured[f"K{k}_ancre_loss_after_{steps}"] = la
-        measured[f"K{k}_{tag}_loss_after_{steps}"] = lb
-        measured[f"K{k}_ancre_fit"] = fit
-        measured[f"K{k}_holds"] = ok
-    note = (f"same linear nets as Figure 2 (d=8, GD lr 0.05), ANCRe ingoing, temperature 0.1, {steps} steps, seed 0; "
-            + ", ".join(f"K={k}: {'on par with the best shortcut' if v else 'NOT on par'}" for k, v in per_depth.items())
-            + ". ANCRe starts from a larger loss (uniform p sums every earlier state into each layer).")
-    return Verdict(measured, all(per_depth.values()), note)
+        per_seed[f"K={k} steps to 1e-6, ANCRe"], per_seed[f"K={k} steps to 1e-6, {tag}"] = ta, tb
+        per_seed[f"K={k} decade growth, ANCRe"] = ga
+        parts[f"K={k}"] = decide_all(
+            [x is not None and y is not None and x <= 10 * y and g is not None and g <= 2.0 for x, y, g in zip(ta, tb, ga)],
+            f"ANCRe reaches loss 1e-6 within 10x the steps of {tag} AND its decade growth is <= 2 (linear rate)")
+    return Verdict(combine(parts), per_seed,
+                   "10x the best shortcut's steps and decade growth <= 2 (ours: 'on par' and 'linear' in the paper's "
+                   "words; see shortcut-02-exponential for the decade growth)",
+                   f"{_LNN_SETUP}; ANCRe ingoing with the preset's temperature; seeds {list(mode.seeds)}, {steps} steps. "
+                   "Pending the ANCRe faithfulness fixes (issue 14): rerun after them")
 
 
-def _upward(losses) -> float:
-    """Sum of the increases of log10(loss) between consecutive logged steps (0 for a monotone curve)."""
-    import math
+def _upward(losses, floor: float = _FLOAT_FLOOR, noise: float = 0.01) -> float:
+    """Sum of the increases of log10(loss) between consecutive logged steps, counting only increases larger
+    than `noise` decades between losses above the float `floor` (float32 jitter near 1e-13 is not a step up)."""
+    logs = [math.log10(l) if l > floor else None for l in losses]
+    return sum(b - a for a, b in zip(logs, logs[1:]) if a is not None and b is not None and b - a > noise)
 
-    logs = [math.log10(l) for l in losses if l > 0]
-    return sum(max(0.0, b - a) for a, b in zip(logs, logs[1:]))
+
+def uniform_start_callback(event) -> None:
+    """A train callback that starts ANCRe without normalisation at p_ij = 1/j (the uniform mix the softmax
+    starts from) instead of exp(0) = 1, which makes layer j's input the sum of j states and diverges at once."""
+    import torch
+
+    if event.kind != "start":
+        return
+    topology = event.run.model.stack.topology
+    size = topology.logits.shape[0]
+    with torch.no_grad():
+        for j in range(1, size):
+            topology.logits[:j, j] = topology.temperature * math.log(1.0 / j)
+
+
+def _norm_run(depth: int, norm: str, steps: int, seed: int):
+    """ANCRe on the Figure 2c linear net at `depth` with `norm`; none starts at p_ij = 1/j (cached)."""
+    key = ("norm", depth, norm, steps, seed)
+    if key not in _CACHE:
+        from explorer.train import train
+
+        spec = preset("ancre-fig2c-ancre").with_values({"model.depth": depth, "topology.normalization": norm,
+                                                        "train.steps": steps, "train.seed": seed})
+        _CACHE[key] = train(spec, callbacks=[uniform_start_callback] if norm == "none" else None)
+    return _CACHE[key]
 
 
 @claim("ancre", "normalization-needed", "Sec. 5.4, Table 4",
        "Without normalisation ANCRe's coefficients grow unbounded and training diverges; ingoing normalisation "
-       "trains more steadily (and lower) than outgoing.",
-       "normalization=none: the run diverges or some coefficient p_ij >= 10 at the end; ingoing vs outgoing: lower "
-       "final training loss AND no larger upward fluctuation (sum of increases of log10 loss between logs); at "
-       "every depth tried (fast: depth 8, 300 steps; full: depths 8 and 16, 600 steps)")
-def _normalization(fast: bool) -> Verdict:
+       "trains with smaller fluctuations and lower than outgoing.",
+       "Sec. 5.4: \"From Table 4, omitting normalization leads to divergence, since the coefficients can grow "
+       "unbounded. It is further observed that ingoing normalization yields smaller fluctuations in the training "
+       "loss and consequently achieves lower perplexity than outgoing normalization.\" (LLaMA-130M/350M)",
+       "not provided: Table 4 is LLaMA-130M/350M pre-training on C4 (tens of GPU-hours each); the CPU check uses "
+       "linear networks instead")
+def _normalization(mode, better: str = "ingoing", worse: str = "outgoing") -> Verdict:
     import numpy as np
 
-    depths, steps = ((8,), 300) if fast else ((8, 16), 600)
-    measured, ok_all, parts = {}, True, []
-    for depth in depths:
-        res = {}
-        for norm in ("none", "outgoing", "ingoing"):
-            run = train_cached("ancre-fig2c-ancre", **{"model.depth": depth, "topology.normalization": norm,
-                                                  "train.steps": steps})
-            p = run.model.stack.topology.coefficients().own
-            finite_p = np.abs(p[np.isfinite(p)])
+    depth, steps = 8, 300 if mode.fast else 600
+    per_seed = {f"{n}: {q}": [] for n in ("none",) for q in ("diverged", "max p_ij")}
+    final, upward = {better: [], worse: []}, {better: [], worse: []}
+    for seed in mode.seeds:
+        none = _norm_run(depth, "none", steps, seed)
+        p = none.model.stack.topology.coefficients().own
+        per_seed["none: diverged"].append(none.status == "diverged")
+        per_seed["none: max p_ij"].append(float(np.abs(p).max()) if np.isfinite(p).all() else None)
+        for norm in (better, worse):
+            run = _norm_run(depth, norm, steps, seed)
             losses = _curve(run)[1]
-            res[norm] = {"status": run.status, "diverged_at": run.diverged_at,
-                         "final_loss": losses[-1] if run.status != "diverged" else None,
-                         "max_coefficient": float(finite_p.max()) if finite_p.size and np.isfinite(p).all() else None,
-                         "upward_fluctuation": _upward(losses)}
-        none = res["none"]
-        blew = none["status"] == "diverged" or (none["max_coefficient"] or 0.0) >= 10
-        ing, out = res["ingoing"], res["outgoing"]
-        steadier = (ing["final_loss"] is not None and (out["final_loss"] is None or ing["final_loss"] < out["final_loss"])
-                    and ing["upward_fluctuation"] <= out["upward_fluctuation"])
-        ok_all = ok_all and blew and steadier
-        measured[f"depth{depth}"] = res
-        parts.append(f"depth {depth}: none {'diverged/blew up' if blew else 'stayed bounded'}, "
-                     f"ingoing {'steadier' if steadier else 'NOT steadier'} than outgoing")
-    note = ("linear nets (d=8 whitened regression, GD lr 0.05), not the paper's LLaMA-130M/350M: the GPT ablation "
-            "was too slow for the CPU budget. Without normalisation every p_ij starts at 1, so layer j's input "
-            "sums j earlier states and the stream grows ~2^j; " + "; ".join(parts) + ".")
-    return Verdict(measured, ok_all, note)
+            final[norm].append(losses[-1] if run.status != "diverged" else math.inf)
+            upward[norm].append(_upward(losses))
+    per_seed.update({f"final loss {n}": v for n, v in final.items()})
+    per_seed.update({f"upward fluctuation {n}": v for n, v in upward.items()})
+    blew = decide_all([d or (m is None) or m >= 10 for d, m in zip(per_seed["none: diverged"], per_seed["none: max p_ij"])],
+                      "normalization none diverges or some p_ij >= 10")
+    # losses are clamped at the float floor: two runs that both reach it are a tie, not a difference
+    floor = any(b <= _FLOAT_FLOOR and w <= _FLOAT_FLOOR for b, w in zip(final[better], final[worse]))
+    lower = decide([math.log10(max(w, _FLOAT_FLOOR) / max(b, _FLOAT_FLOOR)) for b, w in zip(final[better], final[worse])],
+                   fast_margin=0.5, what=f"log10(final loss {worse} / {better}), clamped at {_FLOAT_FLOOR:g}",
+                   floors={f"both final losses under the float floor {_FLOAT_FLOOR:g}": floor})
+    return Verdict(combine({"none blows up": blew, f"{better} lower than {worse}": lower}), per_seed,
+                   "p_ij >= 10 (ours: ten times the largest value a normalised coefficient can take); fast-mode margin: "
+                   "a factor 10^0.5 in loss. Upward fluctuation (sum of rises of log10 loss over 0.01 decade, above "
+                   f"the float floor {_FLOAT_FLOOR:g}) is reported, not judged",
+                   f"ANCRe on the {depth}-layer linear net of Figure 2c ({_LNN_SETUP}), {steps} steps, seeds "
+                   f"{list(mode.seeds)}; normalization none starts at p_ij = 1/j (the softmax's uniform start) rather "
+                   "than exp(0) = 1; the paper's ablation is on LLaMA-130M/350M")
 
 
 def early_share(own, half: int | None = None) -> dict:
@@ -315,25 +344,37 @@ def early_share(own, half: int | None = None) -> dict:
 @claim("ancre", "gpt-block-ancre", "Sec. 5.1, Table 2, Figure 6",
        "On a language model, block-level ANCRe reaches a lower validation loss than cascaded residual connections "
        "for the same training steps, and its learned coefficients favour shortcuts from early layers.",
-       "final val loss(ANCRe) < val loss(cascaded) after the same steps (400; fast: 40) AND ANCRe's mean share of "
-       "ingoing weight on sources 0..L/2 (destinations that can also read later sources) > the uniform share")
-def _gpt(fast: bool) -> Verdict:
-    steps = 40 if fast else 400
-    overrides = {"train.steps": steps}
-    if fast:
-        overrides["train.log_every"] = 20
-    cas = train_cached("ancre-table2-cascaded", **overrides)
-    anc = train_cached("ancre-table2-ancre", **overrides)
-    val = {name: run.history[-1].get("val_loss") for name, run in (("cascaded", cas), ("ancre", anc))}
-    coeffs = probe(anc.model, anc.data.x_val[:4], "coefficients")
-    share = early_share(coeffs["own"])
-    lower = val["ancre"] is not None and val["cascaded"] is not None and val["ancre"] < val["cascaded"]
-    early = share["early_share"] > share["uniform_share"]
-    measured = {"val_loss_cascaded": val["cascaded"], "val_loss_ancre": val["ancre"],
-                "status": {"cascaded": cas.status, "ancre": anc.status}, **share}
-    note = (f"6-block LLaMA-style char GPT (width 64, context 64, batch 32, AdamW 3e-3 cosine), {steps} steps, seed 0, "
-            f"one run each (no seeds averaged; the gap is small next to seed noise). Val loss: ANCRe "
-            f"{'lower' if lower else 'NOT lower'}; early-source share {share['early_share']:.3f} vs uniform "
-            f"{share['uniform_share']:.3f} ({'favours' if early else 'does NOT favour'} early layers). The paper: "
-            "LLaMA-60M..1B on C4 for billions of tokens." + (" Fast mode: 40 steps is only a smoke test." if fast else ""))
-    return Verdict(measured, lower and early, note)
+       "Sec. 5.1: \"ANCRe consistently converges faster, and reduces perplexities by an average (+- standard "
+       "deviation) of 0.73 +- 0.33\"; Figure 6: \"a predominant emphasis on shortcuts originating from the first "
+       "two layers.\"",
+       "--scale paper: LLaMA-60M on a large text corpus for ~1B tokens needs one A100/H100 for several hours; not "
+       "provided as a spec here (no such corpus ships offline)")
+def _gpt(mode, arms=("ancre-table2-cascaded", "ancre-table2-ancre"), ancre_overrides=None) -> Verdict:
+    from explorer.probes import probe
+
+    steps = 40 if mode.fast else 400
+    overrides = {"train.steps": steps, **({"train.log_every": 20} if mode.fast else {})}
+    val, share, uniform = {"cascaded": [], "ancre": []}, [], []
+    for seed in mode.seeds:
+        cas = train_cached(arms[0], **overrides, **{"train.seed": seed})
+        anc = train_cached(arms[1], **overrides, **{"train.seed": seed}, **(ancre_overrides or {}))
+        val["cascaded"].append(cas.history[-1].get("val_loss"))
+        val["ancre"].append(anc.history[-1].get("val_loss"))
+        if hasattr(anc.model.stack.topology, "logits"):
+            s = early_share(probe(anc.model, anc.data.x_val[:4], "coefficients")["own"])
+            share.append(s["early_share"])
+            uniform.append(s["uniform_share"])
+    lower = decide([(c if c is not None else math.inf) - (a if a is not None else math.inf)
+                    for c, a in zip(val["cascaded"], val["ancre"])],
+                   fast_margin=0.05, what="val loss cascaded - ANCRe (nats)")
+    parts = {"ANCRe lower": lower}
+    if share:
+        parts["early layers favoured"] = decide([s - u for s, u in zip(share, uniform)], fast_margin=0.05,
+                                                what="early-source share - uniform share")
+    return Verdict(combine(parts), {"val loss cascaded": val["cascaded"], "val loss ANCRe": val["ancre"],
+                                    "early-source share": share, "uniform share": uniform},
+                   "none beyond the sign (the paper reports a perplexity gain of 0.73 +- 0.33 at 60M-1B, which has no "
+                   "counterpart at this size); fast-mode margin: 0.05 nat and 0.05 of share (ours)",
+                   f"6-block LLaMA-style char GPT (width 64, context 64, batch 32, AdamW 3e-3 cosine), {steps} steps, "
+                   f"seeds {list(mode.seeds)}; the paper: LLaMA-60M..1B on C4. Pending the ANCRe faithfulness fixes "
+                   "(issue 14): rerun after them" + (". Fast mode: 40 steps is a smoke test" if mode.fast else ""))

@@ -1,36 +1,159 @@
-"""Claims: a paper's statement, checked on real runs at CPU scale, with the numbers measured.
+"""Claims: a paper's statement, checked on real runs, with a verdict a reviewer would accept.
 
-A claim is a function `check(fast: bool) -> Verdict` registered with `@claim(paper, id, section,
-statement, expected)`. It runs what it needs (a fast mode for CI: fewer steps, depths or seeds)
-and returns what it measured and whether the statement held at this scale. Running one never
-raises: an exception becomes the verdict "error" with its message, so a table of claims always
-comes back whole.
+A claim is a function `check(mode, **controls) -> Verdict` registered with `@claim(...)`, which
+names the paper, where the statement is (`section`), the statement, the paper's own words
+(`source`, quoted with its location) and what running it at the paper's size needs (`paper_scale`).
+
+Three verdicts (plus "error", an exception in the check):
+
+* holds / does-not-hold: the measured effect points one way on every seed, by more than its noise;
+* inconclusive: the effect is within the run-to-run noise, a score sits at its trivial floor (chance
+  accuracy, an all-background mIoU, float noise), or the run is too short to decide.
+
+`decide` is the one rule used for stochastic comparisons: it takes the paired same-seed
+differences (oriented so that positive supports the claim). Full mode runs at least 3 seeds
+(`Mode.seeds`); fast mode (CI) runs one, and then answers holds / does-not-hold only when the
+difference is larger than the claim's declared fast-mode margin. `decide_all` is the rule for
+per-seed pass/fail checks (a theorem's bound on every seed). Every row carries the statement and
+its source, our set-up and how it differs, the per-seed numbers, the rule, the threshold and where
+it comes from, and the verdict:
 
     from explorer.papers.claims import run_claims
-    rows = run_claims(paper="tau", fast=True)   # [{"paper", "id", "section", "statement", ...}, ...]
+    rows = run_claims(paper="tau", fast=True)   # [{"paper", "id", "verdict", "per_seed", "rule", ...}, ...]
 """
 
 from __future__ import annotations
 
 import math
+import os
+import statistics
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from explorer.registry import SpecError
 
 PAPERS = ("ancre", "dca", "idinit", "tau", "skipless")
-VERDICTS = ("holds", "does-not-hold", "error")
+VERDICTS = ("holds", "does-not-hold", "inconclusive", "error")
+SCALES = ("cpu", "paper")
+FULL_SEEDS = (0, 1, 2)
+SIGMAS = 2.0  # decide: |mean paired difference| must exceed SIGMAS x their standard deviation
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How a claim runs: fast (CI: one seed, smaller runs) or full (>= 3 seeds), at CPU or paper scale."""
+
+    fast: bool = False
+    scale: str = "cpu"
+    device: str = "cpu"
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return (0,) if self.fast else FULL_SEEDS
+
+    @property
+    def label(self) -> str:
+        return f"{'fast' if self.fast else 'full'} mode, {len(self.seeds)} seed{'s' if len(self.seeds) > 1 else ''}, " \
+               f"{self.scale} scale"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A verdict, the rule that produced it (text) and why it came out that way (text, with the numbers)."""
+
+    verdict: str
+    rule: str
+    reason: str
+
+
+def decide(diffs: Sequence[float], *, fast_margin: float, min_effect: float = 0.0, floors: dict[str, bool] | None = None,
+           what: str = "difference") -> Decision:
+    """The verdict from paired same-seed differences `diffs` (positive supports the claim).
+
+    Any floor that is True (e.g. {"accuracy at chance 0.2": True}) -> inconclusive. With >= 2 seeds:
+    holds when every difference is > 0, the mean exceeds SIGMAS x their standard deviation and
+    |mean| > min_effect; does-not-hold when every difference is < 0 with the same margins;
+    otherwise inconclusive. With one seed (fast mode) the noise is unknown: holds only when the
+    difference exceeds `fast_margin`, does-not-hold only below -fast_margin, else inconclusive.
+    """
+    values = [float(d) for d in diffs]
+    if not values:
+        raise ValueError("decide needs at least one paired difference")
+    hit = [name for name, on in (floors or {}).items() if on]
+    n, mean = len(values), statistics.fmean(values)
+    if n >= 2:
+        spread = statistics.stdev(values)
+        rule = (f"{what} per seed (positive supports the claim), {n} seeds: holds if all > 0 and mean > "
+                f"{SIGMAS:g} x paired std" + (f" and mean > {min_effect:g}" if min_effect else "")
+                + "; does-not-hold if all < 0 with the same margins; otherwise inconclusive")
+        stats = f"mean {mean:.4g}, paired std {spread:.3g}, values {', '.join(f'{v:.4g}' for v in values)}"
+    else:
+        spread = math.nan
+        rule = (f"{what} (positive supports the claim), one seed (fast mode): holds if > {fast_margin:g}, "
+                f"does-not-hold if < -{fast_margin:g}, otherwise inconclusive")
+        stats = f"value {mean:.4g}"
+    if floors:
+        rule += "; inconclusive at a floor (" + "; ".join(floors) + ")"
+    if any(not math.isfinite(v) for v in values):
+        return Decision("inconclusive", rule, f"a difference is not finite ({stats})")
+    if hit:
+        return Decision("inconclusive", rule, f"at a floor: {'; '.join(hit)} ({stats})")
+    if n == 1:
+        margin = max(fast_margin, min_effect)
+        verdict = "holds" if mean > margin else "does-not-hold" if mean < -margin else "inconclusive"
+        why = {"holds": "above the fast-mode margin", "does-not-hold": "below minus the fast-mode margin",
+               "inconclusive": f"within the fast-mode margin {margin:g} (one seed cannot measure the noise)"}
+        return Decision(verdict, rule, f"{why[verdict]} ({stats})")
+    clear = abs(mean) > SIGMAS * spread and abs(mean) > min_effect
+    if clear and all(v > 0 for v in values):
+        return Decision("holds", rule, f"every seed agrees and the mean is clear of the noise ({stats})")
+    if clear and all(v < 0 for v in values):
+        return Decision("does-not-hold", rule, f"every seed points the other way, clear of the noise ({stats})")
+    return Decision("inconclusive", rule, f"within the run-to-run noise or seeds disagree ({stats})")
+
+
+def decide_all(passed: Sequence[bool], test: str, floors: dict[str, bool] | None = None) -> Decision:
+    """Per-seed pass/fail of `test` (text): holds if every seed passes, does-not-hold if none does,
+    inconclusive if they disagree or a floor is hit."""
+    flags = [bool(p) for p in passed]
+    rule = f"per seed: {test}; holds if every seed passes, does-not-hold if none does, otherwise inconclusive"
+    hit = [name for name, on in (floors or {}).items() if on]
+    if floors:
+        rule += "; inconclusive at a floor (" + "; ".join(floors) + ")"
+    tally = f"{sum(flags)} of {len(flags)} seeds pass"
+    if hit:
+        return Decision("inconclusive", rule, f"at a floor: {'; '.join(hit)} ({tally})")
+    if all(flags):
+        return Decision("holds", rule, tally)
+    if not any(flags):
+        return Decision("does-not-hold", rule, tally)
+    return Decision("inconclusive", rule, f"the seeds disagree ({tally})")
+
+
+def combine(parts: dict[str, Decision]) -> Decision:
+    """A claim made of several parts: holds if all hold, does-not-hold if any does not, else inconclusive."""
+    verdicts = [d.verdict for d in parts.values()]
+    verdict = "holds" if all(v == "holds" for v in verdicts) else \
+        "does-not-hold" if "does-not-hold" in verdicts else "inconclusive"
+    rule = " AND ".join(f"[{name}] {d.rule}" for name, d in parts.items())
+    reason = "; ".join(f"[{name}] {d.verdict}: {d.reason}" for name, d in parts.items())
+    return Decision(verdict, rule, reason)
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """What a check returns: the numbers it measured, whether the claim held, and a note on the scale."""
+    """What a check returns: the decision, the per-seed numbers it rests on, the threshold with its
+    source ("Table 1: ..." or "ours: <reason>"), our set-up and how it differs from the paper's,
+    other measured numbers, and a note."""
 
-    measured: dict[str, Any]
-    holds: bool
+    decision: Decision
+    per_seed: dict[str, list]
+    threshold: str
+    setup: str
+    measured: dict[str, Any] = field(default_factory=dict)
     note: str = ""
 
 
@@ -40,37 +163,58 @@ class Claim:
     id: str
     section: str
     statement: str
-    expected: str
-    check: Callable[[bool], Verdict] = field(repr=False)
+    source: str
+    paper_scale: str
+    check: Callable[..., Verdict] = field(repr=False)
+    paper_spec: bool = False  # whether --scale paper runs something other than "no paper-scale spec"
 
-    def run(self, fast: bool = False) -> dict[str, Any]:
-        """The claim's row: paper, id, section, statement, measured, expected, verdict, note, seconds."""
+    def run(self, fast: bool = False, scale: str = "cpu", device: str = "cpu", **controls) -> dict[str, Any]:
+        """The claim's row (see ROW_KEYS); `controls` go to the check (the tests' negative controls)."""
+        if scale not in SCALES:
+            raise SpecError("--scale", f"unknown scale {scale!r}; use one of {', '.join(SCALES)}")
+        mode = Mode(fast=fast, scale=scale, device=device)
         start = time.perf_counter()
+        row = {"paper": self.paper, "id": self.id, "section": self.section, "statement": self.statement,
+               "source": self.source, "paper_scale": self.paper_scale, "mode": mode.label}
+        if scale == "paper" and not self.paper_spec:
+            row.update({"verdict": "inconclusive", "reason": f"no paper-scale spec for this claim: {self.paper_scale}",
+                        "rule": "", "threshold": "", "setup": "", "per_seed": {}, "measured": {}, "note": "",
+                        "seconds": 0.0})
+            return row
         try:
-            verdict = self.check(fast)
-            measured, outcome, note = _jsonable(verdict.measured), "holds" if verdict.holds else "does-not-hold", \
-                verdict.note
+            result = self.check(mode, **controls)
+            row.update({"verdict": result.decision.verdict, "reason": result.decision.reason,
+                        "rule": result.decision.rule, "threshold": result.threshold, "setup": result.setup,
+                        "per_seed": _jsonable(result.per_seed), "measured": _jsonable(result.measured),
+                        "note": result.note})
         except Exception as error:  # noqa: BLE001  (a claim that errors is reported, the table goes on)
-            measured, outcome = {}, "error"
-            note = f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}"
-        return {"paper": self.paper, "id": self.id, "section": self.section, "statement": self.statement,
-                "measured": measured, "expected": self.expected, "verdict": outcome, "note": note,
-                "seconds": round(time.perf_counter() - start, 2)}
+            row.update({"verdict": "error", "reason": f"{type(error).__name__}: {error}", "rule": "", "threshold": "",
+                        "setup": "", "per_seed": {}, "measured": {},
+                        "note": f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}"})
+        row["seconds"] = round(time.perf_counter() - start, 2)
+        return row
 
 
+ROW_KEYS = ("paper", "id", "section", "statement", "source", "paper_scale", "mode", "verdict", "reason", "rule",
+            "threshold", "setup", "per_seed", "measured", "note", "seconds")
 CLAIMS: dict[str, Claim] = {}
 
 
-def claim(paper: str, id: str, section: str, statement: str, expected: str):
-    """Register `check(fast) -> Verdict` as a claim of `paper` (one of PAPERS), under a unique `id`."""
+def claim(paper: str, id: str, section: str, statement: str, source: str, paper_scale: str, paper_spec: bool = False):
+    """Register `check(mode, **controls) -> Verdict` as a claim of `paper` (one of PAPERS), under a unique `id`.
+
+    `source`: the paper's words, quoted, with their location; `paper_scale`: what running the claim at the
+    paper's size means here (`--scale paper`), with the hardware and time it needs, or why it is the same;
+    `paper_spec`: True when `--scale paper` runs it (at the paper's size, or because the CPU check already is);
+    otherwise `--scale paper` answers inconclusive with `paper_scale` as the reason."""
     if paper not in PAPERS:
         raise ValueError(f"paper must be one of {', '.join(PAPERS)}, got {paper!r}")
 
-    def register(check: Callable[[bool], Verdict]) -> Callable[[bool], Verdict]:
+    def register(check: Callable[..., Verdict]) -> Callable[..., Verdict]:
         key = f"{paper}/{id}"
         if key in CLAIMS:
             raise ValueError(f"claim {key} is registered twice")
-        CLAIMS[key] = Claim(paper, id, section, statement, expected, check)
+        CLAIMS[key] = Claim(paper, id, section, statement, source, paper_scale, check, paper_spec)
         return check
 
     return register
@@ -83,18 +227,71 @@ def claims(paper: str | None = None) -> list[Claim]:
     return [c for c in CLAIMS.values() if paper is None or c.paper == paper]
 
 
-def run_claims(paper: str | None = None, fast: bool = False, ids: list[str] | None = None,
-               callback: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
-    """Run the claims (of one paper, or only `ids`) and return their rows; `callback(row)` after each."""
+def run_claims(paper: str | None = None, fast: bool | None = None, ids: list[str] | None = None,
+               callback: Callable[[dict], None] | None = None, scale: str = "cpu",
+               device: str = "cpu") -> list[dict[str, Any]]:
+    """Run the claims (of one paper, or only `ids`) and return their rows; `callback(row)` after each.
+
+    fast=None reads EXPLORER_FAST=1 from the environment. An id that is no claim (of `paper`) is a
+    SpecError listing the valid ones."""
+    if fast is None:
+        fast = os.environ.get("EXPLORER_FAST") == "1"
+    chosen = claims(paper)
+    if ids is not None:
+        valid = [c.id for c in chosen]
+        unknown = [i for i in ids if i not in valid]
+        if unknown:
+            raise SpecError("--id", f"no claim {', '.join(map(repr, unknown))}"
+                                    f"{' of ' + paper if paper else ''}; valid ids: {', '.join(valid)}")
+        chosen = [c for c in chosen if c.id in ids]
     rows = []
-    for c in claims(paper):
-        if ids is not None and c.id not in ids:
-            continue
-        row = c.run(fast)
+    for c in chosen:
+        row = c.run(fast, scale=scale, device=device)
         rows.append(row)
         if callback is not None:
             callback(row)
     return rows
+
+
+def per_seed_text(per_seed: dict[str, list]) -> str:
+    """The per-seed numbers as one line: "name: a, b, c; name: ..."."""
+    def short(v):
+        if isinstance(v, float):
+            return f"{v:.3g}"
+        if isinstance(v, list):
+            return "[" + ", ".join(short(x) for x in v) + "]"
+        return "-" if v is None else str(v)
+
+    return "; ".join(f"{name}: {', '.join(short(v) for v in values)}" for name, values in per_seed.items())
+
+
+def table(rows: list[dict]) -> str:
+    """The rows as a plain-text table a student can read: verdict, claim, per-seed numbers, rule, reason."""
+    lines = []
+    for r in rows:
+        lines.append(f"{r['verdict'].upper():14s} {r['paper']}/{r['id']}  [{r['section']}]  ({r['mode']}, "
+                     f"{r['seconds']} s)")
+        lines.append(f"    claim:     {r['statement']}")
+        if r["verdict"] == "error":
+            lines.append(f"    error:     {r['reason']}")
+            continue
+        lines.append(f"    source:    {r['source']}")
+        lines.append(f"    set-up:    {r['setup']}")
+        lines.append(f"    per seed:  {per_seed_text(r['per_seed'])}")
+        lines.append(f"    rule:      {r['rule']}")
+        lines.append(f"    threshold: {r['threshold']}")
+        lines.append(f"    why:       {r['reason']}")
+        if r["note"]:
+            lines.append(f"    note:      {r['note']}")
+    return "\n".join(lines)
+
+
+
+
+
+def seeded(spec, seed: int):
+    """`spec` with train.seed = `seed` (the model's init and the batch order; the dataset stays the same)."""
+    return spec.with_values({"train.seed": seed})
 
 
 def _jsonable(value: Any) -> Any:
@@ -107,11 +304,11 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, np.ndarray):
         return _jsonable(value.tolist())
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
     if isinstance(value, (np.floating, float)):
         value = float(value)
         return value if math.isfinite(value) else None
     if isinstance(value, (np.integer,)):
         return int(value)
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
     return value

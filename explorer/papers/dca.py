@@ -77,17 +77,19 @@ PRESETS.update({
 
 # =========================================================================== claims
 
+import math  # noqa: E402
+
 from explorer.papers.base import preset
-from explorer.spec import ExperimentSpec
-from explorer.train import build, train
-from explorer.papers.claims import Verdict, claim  # noqa: E402
+from explorer.papers.claims import Verdict, claim, combine, decide, decide_all, seeded  # noqa: E402
 
 _RUNS: dict = {}  # spec JSON -> Run, so that the claims and the notebook (02_dca) train each spec once per process
 
 
 def train_cached(spec):
-    """`explorer.train(spec)`, memoised on the spec (runs are deterministic on CPU). The notebook draws its
-    figures from these runs, and the claims re-use them."""
+    """`train(spec)`, memoised on the spec (runs are deterministic on CPU). The notebook draws its figures from
+    these runs, and the claims re-use them."""
+    from explorer.train import train
+
     key = spec.to_json(indent=None)
     if key not in _RUNS:
         _RUNS[key] = train(spec)
@@ -99,40 +101,46 @@ def _summary(spec) -> dict:
     return train_cached(spec).summary()
 
 
-def fig1_spec(task: str, topology: str, fast: bool):
+def fig1_spec(task: str, topology: str, fast: bool, seed: int = 0):
     """The Figure 1 run of the claim (task "identity" or "affine", topology "resnet" or "grn-v1")."""
     spec = preset(f"dca-fig1{'a' if task == 'identity' else 'b'}-{topology}")
     # fast: a fifth of the batches; the loss is logged (and the 1000 validation examples evaluated) less often
-    return spec.with_values({"train.steps": 100, "train.log_every": 50} if fast else {"train.log_every": 50})
+    return seeded(spec.with_values({"train.steps": 100, "train.log_every": 50} if fast else {"train.log_every": 50}),
+                  seed)
 
 
 @claim("dca", "fig1-resnet-vs-grn-v1", "Figure 1 (Sec. 1)",
        "With 10 linear layers of rank 3 in d = 100, a ResNet cannot learn the identity (nor y = Ax + b) well, "
        "while GRN-v1 (learned scalar weights on earlier outputs) does.",
-       "GRN-v1's final training loss at least 10x below the ResNet's on the identity task, and below the ResNet's "
-       "on the affine task (presets dca-fig1a/b-*, Xavier init, 10^3 batches of 100; fast mode: 100 batches)")
-def _fig1(fast: bool) -> Verdict:
-    measured = {}
-    for task in ("identity", "affine"):
-        for topology in ("resnet", "grn-v1"):
-            s = _summary(fig1_spec(task, topology, fast))
-            measured[f"{task}_{topology}_loss"] = s["final_loss"]
-            measured[f"{task}_{topology}_val_loss"] = s["final_val_loss"]
-    ratio = measured["identity_resnet_loss"] / max(measured["identity_grn-v1_loss"], 1e-30)
-    measured["identity_ratio_resnet_over_grn_v1"] = ratio
-    holds = ratio >= 10.0 and measured["affine_grn-v1_loss"] < measured["affine_resnet_loss"]
-    steps = 100 if fast else 1000
-    note = (f"{steps} SGD steps of batch 100, d = 100, one seed, Xavier init. The outcome depends on the init: "
-            "with PyTorch's default init one factor of each rank-3 layer starts large and the ResNet learns the "
-            "identity better than GRN-v1 (measured when the presets were made: 3e-6 vs 5e-2 after 10^3 batches at "
-            "lr 3e-3; not re-run here). The paper gives neither init nor learning rate.")
-    if fast:
-        note += " Fast mode stops at 100 steps, before the curves of Figure 1 have separated fully."
-    return Verdict(measured, holds, note)
+       "Sec. 1: \"Perhaps surprisingly, we observe that the residual network is unable\" [to learn them as well]; "
+       "Figure 1: \"Each model consists of 10 linear layers, each of rank 3, and is trained using mini-batch SGD.\"",
+       "the same as the CPU scale (d = 100, 10 rank-3 layers, 10^3 batches of 100 as in Figure 1); about a minute "
+       "on a CPU", paper_spec=True)
+def _fig1(mode, arms=("resnet", "grn-v1")) -> Verdict:
+    per_seed, parts = {}, {}
+    for task, factor, reason in (("identity", 10.0, "ours: Figure 1a's curves end more than a decade apart"),
+                                 ("affine", 2.0, "ours: a factor 2 is a visible gap on Figure 1b's log axis")):
+        losses = {a: [_summary(fig1_spec(task, a, mode.fast, s))["final_loss"] for s in mode.seeds] for a in arms}
+        for a in arms:
+            per_seed[f"{task}: final loss {a}"] = losses[a]
+        diffs = [math.log10(r / g) for r, g in zip(losses[arms[0]], losses[arms[1]])]
+        parts[task] = decide(diffs, fast_margin=math.log10(factor), min_effect=math.log10(factor),
+                             what=f"log10(loss {arms[0]} / loss {arms[1]}) on {task} (threshold log10 {factor:g}: "
+                                  f"{reason})")
+    steps = 100 if mode.fast else 1000
+    return Verdict(combine(parts), per_seed,
+                   "GRN-v1 at least 10x lower on the identity and 2x lower on y = Ax + b (ours: the paper gives curves, "
+                   "no number)",
+                   f"presets dca-fig1a/b-* (d = 100, 10 linear layers of rank 3, SGD batch 100), {steps} batches, seeds "
+                   f"{list(mode.seeds)}. The paper gives neither init nor learning rate: we use Xavier, and the outcome "
+                   "depends on it (with PyTorch's default init one factor of each rank-3 layer starts large and the "
+                   "ResNet learned the identity better than GRN-v1: 3e-6 vs 5e-2 after 10^3 batches at lr 3e-3)")
 
 
-def thm41_spec(topology: str, fast: bool):
+def thm41_spec(topology: str, fast: bool, seed: int = 0):
     """The Theorem 4.1 run of the claim (topology "none", "cascaded" or "grn-v1")."""
+    from explorer.spec import ExperimentSpec
+
     # d = 8, T = 2 layers of rank 1 (r_* = 2 < d), full-rank target A with singular values in [0.5, 1.5] and
     # whitened inputs (X^T X / n = I), so the training loss 0.5 mean ||y - A_hat x||^2 is exactly 0.5 ||A - A_hat||_F^2.
     return ExperimentSpec.from_dict({
@@ -142,132 +150,150 @@ def thm41_spec(topology: str, fast: bool):
         "init": {"name": "xavier"},
         "optim": {"name": "adam", "lr": 0.01, "schedule": "cosine"},
         # full mode logs every 25 steps: the notebook draws its curves from these runs
-        "train": {"steps": 1500 if fast else 5000, "batch_size": 64, "log_every": 500 if fast else 25, "seed": 0},
+        "train": {"steps": 1500 if fast else 5000, "batch_size": 64, "log_every": 500 if fast else 25, "seed": seed},
     })
 
 
 @claim("dca", "thm41-class-optima", "Theorem 4.1 / Sec. 4.2",
-       "The low-rank linear networks express exactly: baseline = rank <= min r_t, ResNet = I + rank-r_* M, "
-       "GRN-v1 = alpha I + rank-r_* M (GRN-v2: D + M; GRN-v3 contains D + M + relu(w^T x) x), so their best "
-       "excess risks are ordered ER*(base) >= ER*(res) >= ER*(GRN-v1) >= ER*(GRN-v2) >= ER*(GRN-v3).",
-       "each trained model (baseline, ResNet, GRN-v1; d = 8, two rank-1 layers, Adam to convergence) reaches "
-       "its class optimum from explorer.theory: 2 x loss within [1 - 1e-3, 1.05] x ER*(class); the theory "
-       "optima are ordered as above and the trained losses order baseline > ResNet > GRN-v1")
-def _thm41(fast: bool) -> Verdict:
+       "The low-rank linear networks express exactly the classes of Theorem 4.1 (baseline: rank <= min r_t; ResNet: "
+       "I + rank-r_* M; GRN-v1: alpha I + rank-r_* M): trained to convergence, each reaches its class's optimal "
+       "excess risk ER*, and for a target far from alpha I GRN-v1's optimum is strictly below ResNet's.",
+       "Theorem 4.1: \"C_res = {x -> (I + M)x : rank(M) <= r_*}. C_GRN-v1 = {x -> (alpha I + M)x : rank(M) <= "
+       "r_*}.\"; Sec. 4.2: \"ER*(C) := min over A_hat in C of ||A - A_hat||_F^2\"",
+       "the same as the CPU scale (the theorem is about these small linear models); seconds on any CPU", paper_spec=True)
+def _thm41(mode, arms=(("base", "none"), ("resnet", "cascaded"), ("grn_v1", "grn-v1")), band=(1 - 1e-3, 1.05)) -> Verdict:
     import numpy as np
-    from explorer import theory
 
-    _, data = build(thm41_spec("cascaded", fast))
+    from explorer import theory
+    from explorer.train import build
+
+    _, data = build(thm41_spec("cascaded", mode.fast))
     x, y = data.x_train.double().numpy(), data.y_train.double().numpy()
     A = np.linalg.solve(x.T @ x, x.T @ y).T  # the target map, recovered exactly (X^T X / n = I)
     optima = theory.optimal_excess_risks(A, [1, 1])
-    er = {"base": optima.baseline.excess_risk, "resnet": optima.resnet.excess_risk,
-          "grn_v1": optima.grn_v1.excess_risk, "grn_v2": optima.grn_v2.excess_risk,
-          "grn_v3": optima.grn_v3.excess_risk}
-    measured = {f"ER*_{k}": v for k, v in er.items()}
-    ok = True
-    for name, topology in (("base", "none"), ("resnet", "cascaded"), ("grn_v1", "grn-v1")):
-        trained = 2.0 * _summary(thm41_spec(topology, fast))["final_loss"]
-        measured[f"trained_ER_{name}"] = trained
-        measured[f"trained_over_optimum_{name}"] = trained / er[name]
-        ok = ok and (1 - 1e-3) * er[name] <= trained <= 1.05 * er[name]
-    order = [er["base"], er["resnet"], er["grn_v1"], er["grn_v2"], er["grn_v3"]]
-    theory_ordered = all(a >= b - 1e-9 for a, b in zip(order, order[1:]))
-    trained_ordered = measured["trained_ER_base"] > measured["trained_ER_resnet"] > measured["trained_ER_grn_v1"]
-    measured["theory_ordered"], measured["trained_ordered"] = theory_ordered, trained_ordered
-    steps = 1500 if fast else 5000
-    note = (f"d = 8, T = 2 layers of rank 1 (r_* = 2), full-rank A (singular values 0.5..1.5, seed 3), 64 whitened "
-            f"inputs, full-batch Adam (lr 0.01, cosine) for {steps} steps, one seed; ER = 2 x the training loss. "
-            "GRN-v2/v3 optima are from explorer.theory's local search (upper bounds), shown for the ordering only; "
-            "they were not trained here.")
-    return Verdict(measured, ok and theory_ordered and trained_ordered, note)
+    er = {"base": optima.baseline.excess_risk, "resnet": optima.resnet.excess_risk, "grn_v1": optima.grn_v1.excess_risk}
+    per_seed, parts = {}, {}
+    for name, topology in arms:
+        ratio = [2.0 * _summary(thm41_spec(topology, mode.fast, s))["final_loss"] / er[name] for s in mode.seeds]
+        per_seed[f"trained ER / ER* ({name})"] = ratio
+        parts[f"{name} reaches its optimum"] = decide_all([band[0] <= r <= band[1] for r in ratio],
+                                                          f"2 x final loss within [{band[0]:g}, {band[1]:g}] x ER*")
+    trained = {name: [r * er[name] for r in per_seed[f"trained ER / ER* ({name})"]] for name, _ in arms}
+    parts["GRN-v1 below ResNet"] = decide([math.log10(r / g) for r, g in zip(trained["resnet"], trained["grn_v1"])],
+                                          fast_margin=0.1, what="log10(trained ER ResNet / trained ER GRN-v1)")
+    steps = 1500 if mode.fast else 5000
+    return Verdict(combine(parts), per_seed,
+                   f"[{band[0]:g}, {band[1]:g}] x ER* (ours: 0.1% below for float error, 5% above for an unfinished "
+                   "optimisation); fast-mode margin 10^0.1",
+                   f"d = 8, T = 2 layers of rank 1 (r_* = 2), full-rank A (singular values 0.5..1.5, data seed 3), 64 "
+                   f"whitened inputs, full-batch Adam (lr 0.01, cosine) for {steps} steps, seeds {list(mode.seeds)}; ER = "
+                   "2 x the training loss. The ordering ER*(base) >= ER*(res) >= ER*(GRN-v1) >= ... holds by "
+                   "construction (nested classes) and is not tested",
+                   measured={f"ER*_{k}": v for k, v in er.items()})
 
 
 def _gpt_inputs(spec, n: int = 4):
+    from explorer.train import build
+
     _, data = build(spec)
     return data.x_val[:n]
+
+
+_INIT_TOLERANCE = 1e-5
 
 
 @claim("dca", "dca-equals-transformer-at-init", "Sec. 3.2 / Sec. 5 (retrofitting)",
        "At initialisation DCA (and GRN-v1/v2/v3) computes exactly the function of the standard residual "
        "Transformer.",
-       "max |output difference| <= 1e-5 between each variant and the Transformer built with the same seed "
-       "(6-block GPT of dca-table7-*, float32, 4 validation sequences)")
-def _init_equal(fast: bool) -> Verdict:
+       "Sec. 5: \"Since our method is identical to a standard residual network at initialization, adding DCA to a "
+       "pre-trained model does not alter its function.\"",
+       "the same as the CPU scale (an identity at init does not depend on size); seconds on any CPU", paper_spec=True)
+def _init_equal(mode, variants=None) -> Verdict:
     import torch
 
-    base = preset("dca-table7-transformer")
-    x = _gpt_inputs(base)
-    with torch.no_grad():
-        reference, _ = build(base)
-        ref_out = reference.eval()(x)
-        measured = {"output_scale_max_abs": float(ref_out.abs().max())}
-        variants = ("dca", "grn-v1") if fast else ("dca", "grn-v1", "grn-v2", "grn-v3", "2-dca")
-        for variant in variants:
-            name = "dca-table1-2-dca" if variant == "2-dca" else f"dca-table7-{variant}"
-            model, _ = build(preset(name))
-            measured[f"max_abs_diff_{variant}"] = float((model.eval()(x) - ref_out).abs().max())
-    holds = all(v <= 1e-5 for k, v in measured.items() if k.startswith("max_abs_diff"))
-    return Verdict(measured, holds, "one seed (0), width 64, context 64; outputs are logits over the characters")
+    from explorer.train import build
+
+    variants = variants or (("dca", "grn-v1") if mode.fast else ("dca", "grn-v1", "grn-v2", "grn-v3", "2-dca"))
+    per_seed = {v: [] for v in variants}
+    for seed in mode.seeds:
+        base = seeded(preset("dca-table7-transformer"), seed)
+        x = _gpt_inputs(base)
+        with torch.no_grad():
+            reference, _ = build(base)
+            ref_out = reference.eval()(x)
+            for variant in variants:
+                name = "dca-table1-2-dca" if variant == "2-dca" else f"dca-table7-{variant}"
+                spec = seeded(preset(name), seed) if variant in ("dca", "grn-v1", "grn-v2", "grn-v3", "2-dca") else \
+                    base.with_values({"topology.name": variant})
+                model, _ = build(spec)
+                per_seed[variant].append(float((model.eval()(x) - ref_out).abs().max()))
+    decision = decide_all([all(per_seed[v][i] <= _INIT_TOLERANCE for v in variants) for i in range(len(mode.seeds))],
+                          f"max |logit difference| <= {_INIT_TOLERANCE:g} for every variant")
+    return Verdict(decision, {f"max |diff| {v}": vals for v, vals in per_seed.items()},
+                   f"{_INIT_TOLERANCE:g} (ours: float32 rounding of logits of size ~1 is ~1e-7; any real difference in "
+                   "the function is orders larger)",
+                   f"6-block GPT of dca-table7-* (width 64, context 64), float32, 4 validation sequences, init seeds "
+                   f"{list(mode.seeds)}")
 
 
-def table7_spec(variant: str, fast: bool, width: int | None = None):
+_GPT_CPU = {"model.width": 32, "train.steps": 150, "train.log_every": 50}
+_GPT_FAST = {"model.width": 32, "train.steps": 30, "train.log_every": 30}
+
+
+def table7_spec(variant: str, fast: bool, width: int | None = None, seed: int = 0):
     """The small-GPT run of the Table 7 and Table 2 claims (variant "transformer", "grn-v1", ..., "dca", "2-dca")."""
     spec = preset("dca-table1-2-dca" if variant == "2-dca" else f"dca-table7-{variant}")
-    changes = {"train.steps": 60, "train.log_every": 60} if fast else {"train.log_every": 100}
+    changes = dict(_GPT_FAST if fast else _GPT_CPU)
     if width is not None:
         changes["model.width"] = width
-    return spec.with_values(changes)
+    return seeded(spec.with_values(changes), seed)
+
+
+_GPT_SETUP = ("6-block char GPT (4 heads, context 64, batch 32, AdamW 3e-3 cosine, no weight decay) on the bundled "
+              "Python docs; reduced to width 32 and {steps} steps so that 3 seeds of every arm fit a CPU run of a few "
+              "minutes (a 400-step width-64 run takes ~2.5 min on a loaded 2-core CPU). The paper: width 512, LM1B")
 
 
 @claim("dca", "table7-ablation", "Table 7 (Sec. 5, ablation)",
-       "On a 6-layer language model, GRN-v1, GRN-v2, GRN-v3 and DCA each improve perplexity over the standard "
-       "Transformer (18.98 -> 18.80, 18.43, 18.41, 18.06 on LM1B).",
-       "each of GRN-v1, GRN-v2, GRN-v3 and DCA ends with a lower validation loss than the Transformer "
-       "(2-DCA of Table 1 reported alongside; small char-GPT, 400 steps, one seed; fast mode: transformer, "
-       "GRN-v1 and DCA only, 60 steps)")
-def _table7(fast: bool) -> Verdict:
-    variants = ("transformer", "grn-v1", "dca") if fast else \
-        ("transformer", "grn-v1", "grn-v2", "grn-v3", "dca", "2-dca")
-    measured = {f"val_loss_{v}": _summary(table7_spec(v, fast))["final_val_loss"] for v in variants}
-    base = measured["val_loss_transformer"]
-    for v in variants[1:]:
-        measured[f"delta_{v}"] = measured[f"val_loss_{v}"] - base
-    judged = [v for v in variants if v in ("grn-v1", "grn-v2", "grn-v3", "dca")]
-    holds = all(measured[f"delta_{v}"] < 0 for v in judged)
-    note = (f"6-block char GPT, width 64, context 64, batch 32, AdamW {'60' if fast else '400'} steps, one seed; "
-            "val loss in nats per character (the paper reports perplexity on LM1B at width 512). "
-            "Single-seed differences of ~0.01 nat are within run-to-run noise. GRN-v3's (and DCA's) "
-            "zero-initialised gates get no gradient (relu'(0) = 0, see explorer/topology.py), so GRN-v3 trains "
-            "like GRN-v2.")
-    if fast:
-        note += " Fast mode: 60 steps only (mostly warm-up), GRN-v2/v3 and 2-DCA skipped; not a test of the table."
-    return Verdict(measured, holds, note)
+       "On a 6-layer language model, GRN-v1, GRN-v2 and DCA each improve perplexity over the standard Transformer "
+       "(18.98 -> 18.80, 18.43, 18.06 on LM1B).",
+       "Table 7 (6-layer model, LM1B): Transformer 18.98, GRN-v1 18.80, GRN-v2 18.43, GRN-v3 18.41, DCA 18.06 "
+       "perplexity; Sec. 5: \"The biggest improvement in perplexity comes from GRN-v1, followed by DCA and GRN-v2.\"",
+       "--scale paper is not provided as a spec: 6 layers of width 512 on LM1B (not shipped offline) need one "
+       "A100/H100 for about a day per variant")
+def _table7(mode, base: str = "transformer", variants=None, variant_overrides=None) -> Verdict:
+    variants = variants or (("dca",) if mode.fast else ("grn-v1", "grn-v2", "dca"))
+    loss = {v: [_summary(table7_spec(v, mode.fast, seed=s).with_values(variant_overrides if v != base and
+                                                                         variant_overrides else {}))["final_val_loss"]
+                for s in mode.seeds] for v in (base, *variants)}
+    parts = {f"{v} below {base}": decide([b - x for b, x in zip(loss[base], loss[v])], fast_margin=0.05,
+                                         what=f"val loss {base} - {v} (nats)") for v in variants}
+    steps = (_GPT_FAST if mode.fast else _GPT_CPU)["train.steps"]
+    return Verdict(combine(parts), {f"val loss {v}": vals for v, vals in loss.items()},
+                   "the sign only (the paper's gains are 0.2-0.9 perplexity at 19, i.e. 0.01-0.05 nat); fast-mode "
+                   "margin 0.05 nat (ours)",
+                   _GPT_SETUP.format(steps=steps) + f"; seeds {list(mode.seeds)}. GRN-v3 is left out: its zero-initialised "
+                   "gates get no gradient (relu'(0) = 0, see explorer/topology.py), so it trains like GRN-v2" +
+                   ("; fast mode: DCA only, 30 steps (a smoke test)" if mode.fast else ""))
 
 
 @claim("dca", "table2-width-trend", "Table 2 (Sec. 5, width scaling)",
-       "DCA's improvement over the Transformer shrinks as the model gets wider (delta -2.82 at width 64 down to "
-       "-0.39 at 1024 perplexity).",
-       "DCA's validation loss below the Transformer's at every width, and the gain (transformer - DCA) strictly "
-       "decreasing with width (widths 16, 32, 64, 400 steps; fast mode: 32 and 64, 60 steps)")
-def _width(fast: bool) -> Verdict:
-    # Full mode stops at width 64: DCA at width 128 took 4-7 min for 400 steps on this loaded 2-core machine, beyond
-    # the notebook's 10-minute budget. The paper's trend spans widths 64 -> 1024 (16x), this one 16 -> 64 (4x).
-    widths = (32, 64) if fast else (16, 32, 64)
-    measured = {}
-    gains = []
-    for w in widths:
-        t = _summary(table7_spec("transformer", fast, w))["final_val_loss"]
-        d = _summary(table7_spec("dca", fast, w))["final_val_loss"]
-        measured[f"w{w}_transformer"], measured[f"w{w}_dca"], measured[f"w{w}_delta"] = t, d, d - t
-        gains.append(t - d)
-    holds = all(g > 0 for g in gains) and all(a > b for a, b in zip(gains, gains[1:]))
-    note = (f"6-block char GPT (4 heads), context 64, batch 32, {'60' if fast else '400'} AdamW steps, one seed "
-            "per width; the paper's Table 2 uses 12 layers on LM1B. Width 64 reuses Table 7's runs. Single-seed "
-            "deltas of ~0.01 nat are within noise.")
-    if not fast:
-        note += (" Widths 16, 32, 64 (the paper: 64 to 1024): DCA at width 128 alone takes several minutes on a "
-                 "2-core CPU, beyond the notebook's 10-minute budget.")
-    if fast:
-        note += " Fast mode (60 steps, mostly warm-up): deltas of ~1e-3 nat, far below noise; the verdict is no evidence."
-    return Verdict(measured, holds, note)
+       "DCA's improvement over the Transformer shrinks as the model gets wider.",
+       "Sec. 5: \"The delta column, with the difference between the transformer and DCA, shows that the benefit of "
+       "DCA is reduced as the width of the model increases\" (Table 2: delta -2.82 at width 64 down to -0.39 at "
+       "1024, 12 layers, LM1B)",
+       "--scale paper is not provided as a spec: 12 layers of width 64..1024 on LM1B need GPU-days")
+def _width(mode, widths=(16, 32), dca_overrides=None) -> Verdict:
+    gain = {w: [_summary(table7_spec("transformer", mode.fast, w, s))["final_val_loss"]
+                - _summary(table7_spec("dca", mode.fast, w, s).with_values(dca_overrides or {}))["final_val_loss"]
+                for s in mode.seeds] for w in widths}
+    narrow, wide = widths[0], widths[-1]
+    parts = {f"DCA gains at width {w}": decide(gain[w], fast_margin=0.05, what=f"val loss transformer - DCA at width {w}")
+             for w in widths}
+    parts["the gain shrinks with width"] = decide([a - b for a, b in zip(gain[narrow], gain[wide])], fast_margin=0.05,
+                                                  what=f"gain at width {narrow} - gain at width {wide} (nats)")
+    steps = (_GPT_FAST if mode.fast else _GPT_CPU)["train.steps"]
+    return Verdict(combine(parts), {f"gain (transformer - DCA) at width {w}": g for w, g in gain.items()},
+                   "the sign only (the paper's deltas are in perplexity at 12 layers); fast-mode margin 0.05 nat (ours)",
+                   _GPT_SETUP.format(steps=steps).replace("width 32 and", "widths " + ", ".join(map(str, widths)) + " and")
+                   + f"; seeds {list(mode.seeds)}. The paper's widths span 64..1024 (16x), these {narrow}..{wide}")
