@@ -88,10 +88,10 @@ def test_why_train_is_off_is_shown_beside_it(open_page):
                                    {"data": "shapes", "model": "vit", "data.size": "128", "data.n_train": "200000"}])
 def test_a_link_that_asks_for_too_much_memory_is_refused_before_anything_is_built(open_page, query, monkeypatch):
     """Issue 16 item 1: the message is shown, Train is off, and no dataset was generated."""
-    import explorer.data
+    import explorer.data.base
 
     built = []
-    monkeypatch.setattr(explorer.data, "_remember", lambda key, dataset: built.append(key))
+    monkeypatch.setattr(explorer.data.base, "_remember", lambda key, dataset: built.append(key))
     at = open_page("train", query=query)
     assert not at.exception
     assert at.button(key="train-start").disabled
