@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     claims.add_argument("--json", action="store_true",
                         help="print every field of the claim results as JSON (statement, source, set-up, per-seed "
                              "numbers, rule, threshold, verdict)")
+    claims.add_argument("--recorded", action="store_true",
+                        help="run nothing: show the full-mode results recorded with the package (3 seeds), with "
+                             "when and where they were recorded")
 
     sub.add_parser("presets", help="list the presets")
     lister = sub.add_parser("list", help="list a registry's names")
@@ -299,8 +302,19 @@ def _sweep(args) -> int:
 
 def _claims(args) -> int:
     """`explorer claims`: run the claims and print the table (or JSON); exit 0 whatever the verdicts."""
-    from explorer.papers.claims import claims, run_claims, table
+    from explorer.papers.claims import claims, recorded, run_claims, table
 
+    if args.recorded:
+        stored = recorded(args.paper)
+        rows = [r for r in stored["rows"] if args.ids is None or r["id"] in args.ids]
+        if args.json:
+            print(json.dumps({"about": stored["about"], "rows": rows}))
+        else:
+            about = stored["about"]
+            print(f"Recorded full-mode results ({about.get('date', '?')}, {about.get('machine', '?')}; "
+                  f"{about.get('command', '?')}); a claim marked STALE has changed since:\n")
+            print(table([{**r, "verdict": r["verdict"] + (" (STALE)" if r["stale"] else "")} for r in rows]))
+        return 0
     fast = args.fast or os.environ.get("EXPLORER_FAST") == "1"
     total = len([c for c in claims(args.paper) if args.ids is None or c.id in args.ids])
     done = []

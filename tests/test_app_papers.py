@@ -56,6 +56,23 @@ def test_each_paper_section_renders_with_its_equations_claims_and_presets(open_p
     assert not badges(at)  # nothing has run yet
 
 
+def recorded_table(paper: str) -> str:
+    return plots.verdict_table(claims_module.recorded(paper)["rows"])
+
+
+@pytest.mark.parametrize("paper", ["ancre", "skipless"])
+def test_each_paper_shows_its_recorded_full_mode_results_folded(open_page, paper):
+    at = open_page("papers", query={"paper": TABS[paper]})
+    stored = claims_module.recorded(paper)
+    [expander] = [e for e in at.expander if e.label.startswith("Recorded full-mode results")]
+    assert f"({len(claims(paper))} claims, 3 seeds:" in expander.label
+    counts = {label: sum(r["verdict"] == v for r in stored["rows"]) for v, label in BADGES.items()}
+    assert all(f"{n} {label}" in expander.label for label, n in counts.items() if n)
+    [body] = [element.proto.body for element in expander.get("html")]
+    assert body == recorded_table(paper) and all(f"<b>{c.id}</b>" in body for c in claims(paper))
+    assert stored["about"]["date"] in expander.caption[0].value
+
+
 def table_seconds(table: str) -> float:
     """The seconds column of a one-row verdict table (the timing differs from run to run)."""
     return float(re.findall(r"<td[^>]*>([0-9.]+)</td></tr>", table)[-1])
@@ -70,7 +87,8 @@ def test_run_this_claim_shows_the_verdict_and_numbers_claim_run_gives(open_page)
     assert verdicts_shown(at) == [BADGES[expected["verdict"]]]
     [badge] = badges(at)
     assert "fast mode" in badge
-    [table] = [element.proto.body for element in at.get("html")]  # explorer.plots.verdict_table, as in the notebooks
+    recorded, table = [element.proto.body for element in at.get("html")]  # explorer.plots.verdict_table, as in the notebooks
+    assert recorded == recorded_table(paper)
     assert table == plots.verdict_table([{**expected, "seconds": table_seconds(table)}], show_claim=False)
     for key, value in expected["measured"].items():
         assert f"<b>{key}</b>: {value:.4g}" in table

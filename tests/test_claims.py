@@ -2,6 +2,7 @@
 JSON, the table, unknown ids), `explorer claims --fast` over every paper, and one negative control per claim: a
 swapped or broken set-up whose verdict must differ from the claim's own (a check that cannot fail is a defect)."""
 
+import dataclasses
 import json
 import types
 
@@ -219,3 +220,59 @@ def test_the_negative_control_makes_the_claim_fail(key, fast_rows, monkeypatch):
         own = claim.run(fast=True, **PASSING[key])["verdict"]
         assert own == "holds", (key, own)
     assert own != control["verdict"], (key, own)
+
+
+# ---- the full-mode results recorded with the package ----------------------------------------------------------
+
+def test_the_recorded_full_mode_results_cover_every_claim_with_the_current_checks():
+    stored = registry.recorded()
+    assert {"date", "machine", "command", "commit"} <= set(stored["about"])
+    assert [f"{r['paper']}/{r['id']}" for r in stored["rows"]] == [f"{c.paper}/{c.id}" for c in claims()]
+    for row in stored["rows"]:
+        key = f"{row['paper']}/{row['id']}"
+        assert set(row) == set(ROW_KEYS) | {"stale"} and row["verdict"] in VERDICTS[:3], key
+        assert not row["stale"], f"{key}: its check changed since it was recorded: rerun it in full mode (see " \
+                                 "notebooks/README.md, Verdicts) and record the row again"
+        assert row["mode"].startswith("full") and all(len(v) >= 3 for v in row["per_seed"].values() if v), key
+
+
+def test_a_recorded_row_is_stale_once_its_check_changes(monkeypatch):
+    tau_claims = {c.id: c for c in claims("tau")}
+    original = tau_claims["fig1-trainability"]
+    monkeypatch.setitem(registry.CLAIMS, "tau/fig1-trainability",
+                        dataclasses.replace(original, check=lambda mode: None))
+    stale = {r["id"]: r["stale"] for r in registry.recorded("tau")["rows"]}
+    assert stale["fig1-trainability"] and not stale["init-norm-sharp-threshold"]
+
+
+def test_explorer_claims_recorded_prints_the_stored_table_and_runs_nothing(monkeypatch, capsys):
+    monkeypatch.setattr(registry, "run_claims", lambda *a, **k: pytest.fail("--recorded ran a claim"))
+    assert main(["claims", "--recorded", "--paper", "idinit"]) == 0
+    out = capsys.readouterr().out
+    stored = registry.recorded("idinit")
+    assert stored["about"]["date"] in out and out.count("per seed:") == len(stored["rows"]) == len(claims("idinit"))
+    assert main(["claims", "--recorded", "--json", "--id", "chi-at-init", "--paper", "idinit"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in printed["rows"]] == ["chi-at-init"] and printed["about"] == stored["about"]
+
+
+def test_kappas_beyond_float64_resolution_count_as_equal_not_as_seed_noise(monkeypatch):
+    """Cutting the Skip's conditioning claim: a default-init kappa of 1e32 on one seed and 4e18 on another both say
+    "numerically singular"; clamped at 1e15 they agree, so the verdict rests on the proposed init's kappas (unclamped,
+    the width-64 log ratios 21, 6, 21 would read as seed noise: inconclusive)."""
+    import numpy as np
+
+    kappas = {"default": iter([1e32, 2e32, 6e31, 2e32, 4e18, 7e31]),
+              "proposed": iter([1e9, 1.2e9, 6e7, 1.6e11, 2.9e12, 3e10])}
+    calls = iter([(w, arm) for w in (32, 64) for _seed in range(3) for arm in ("default", "proposed")])
+
+    def spectra(model, images):  # one block: sv[0] / sv[T (w - 2) - 1] = the planted kappa, T = 17 tokens
+        width, arm = next(calls)
+        sv = np.ones(17 * width)
+        sv[17 * (width - 2) - 1] = 1 / next(kappas[arm])
+        return [(sv, np.ones(17 * width))]
+
+    monkeypatch.setattr(skipless, "attention_input_jacobians", spectra)
+    row = registry.CLAIMS["skipless/kl-conditioning"].run(fast=False)
+    assert row["verdict"] == "holds", row["reason"]
+    assert row["per_seed"]["median kappa(K_l), default, width 64"][1] == pytest.approx(4e18)

@@ -27,7 +27,7 @@ import streamlit as st
 
 import explorer
 from explorer import plots
-from explorer.papers.claims import Claim, claims
+from explorer.papers.claims import Claim, claims, recorded
 from explorer_app import figures, state
 from explorer_app.messages import escape, failure
 from explorer_app.limits import LimitError
@@ -303,6 +303,24 @@ def show_result(claim: Claim, row: dict, fast: bool) -> None:
         figures.show(fig, key=f"papers-{claim.paper}-{claim.id}-{mode}", name=f"{claim.paper}-{claim.id}-{mode}")
 
 
+def recorded_section(paper: str) -> None:
+    """The paper's full-mode results recorded with the package (3 seeds), folded: what a full run gives, without
+    waiting for it."""
+    stored = recorded(paper)
+    if not stored["rows"]:
+        return
+    about = stored["about"]
+    verdicts = ", ".join(f"{sum(r['verdict'] == v for r in stored['rows'])} {VERDICTS[v][2]}"
+                         for v in VERDICTS if any(r["verdict"] == v for r in stored["rows"]))
+    with st.expander(f"Recorded full-mode results ({len(stored['rows'])} claims, 3 seeds: {verdicts})"):
+        st.caption(f"Recorded {escape(about['date'])} on {escape(about['machine'])} with `{escape(about['command'])}` "
+                   f"(commit {escape(about['commit'][:10])}). Rerun any claim in full mode below to check.")
+        stale = [r["id"] for r in stored["rows"] if r["stale"]]
+        if stale:
+            st.warning(f"The check of {escape(', '.join(stale))} changed after it was recorded: a new run may differ.")
+        st.html(plots.verdict_table(stored["rows"]))
+
+
 # ---- the page -----------------------------------------------------------------------------------
 
 def claims_section(paper: str, fast: bool) -> None:
@@ -314,6 +332,7 @@ def claims_section(paper: str, fast: bool) -> None:
                "server: a claim someone already ran shows at once.")
     if st.button("Run all claims of this paper", key=f"papers-run-all-{paper}", icon=":material/play_arrow:"):
         run_with_progress(paper_claims, fast)
+    recorded_section(paper)
     for claim in paper_claims:
         with st.container(border=True):
             st.markdown(f"**{escape(claim.section)}.** {escape(claim.statement)}")

@@ -24,6 +24,9 @@ it comes from, and the verdict:
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
 import math
 import os
 import statistics
@@ -31,6 +34,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from explorer.registry import SpecError
@@ -40,6 +44,7 @@ VERDICTS = ("holds", "does-not-hold", "inconclusive", "error")
 SCALES = ("cpu", "paper")
 FULL_SEEDS = (0, 1, 2)
 SIGMAS = 2.0  # decide: |mean paired difference| must exceed SIGMAS x their standard deviation
+RECORDED = Path(__file__).with_name("claims_full.json")  # the full-mode rows recorded with the package
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,11 @@ class Claim:
     check: Callable[..., Verdict] = field(repr=False)
     paper_spec: bool = False  # whether --scale paper runs something other than "no paper-scale spec"
 
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the check's source: a recorded result whose fingerprint differs was made by other code."""
+        return hashlib.sha256(inspect.getsource(self.check).encode()).hexdigest()[:16]
+
     def run(self, fast: bool = False, scale: str = "cpu", device: str = "cpu", **controls) -> dict[str, Any]:
         """The claim's row (see ROW_KEYS); `controls` go to the check (the tests' negative controls)."""
         if scale not in SCALES:
@@ -175,7 +185,8 @@ class Claim:
         mode = Mode(fast=fast, scale=scale, device=device)
         start = time.perf_counter()
         row = {"paper": self.paper, "id": self.id, "section": self.section, "statement": self.statement,
-               "source": self.source, "paper_scale": self.paper_scale, "mode": mode.label}
+               "source": self.source, "paper_scale": self.paper_scale, "mode": mode.label,
+               "fingerprint": self.fingerprint}
         if scale == "paper" and not self.paper_spec:
             row.update({"verdict": "inconclusive", "reason": f"no paper-scale spec for this claim: {self.paper_scale}",
                         "rule": "", "threshold": "", "setup": "", "per_seed": {}, "measured": {}, "note": "",
@@ -195,8 +206,8 @@ class Claim:
         return row
 
 
-ROW_KEYS = ("paper", "id", "section", "statement", "source", "paper_scale", "mode", "verdict", "reason", "rule",
-            "threshold", "setup", "per_seed", "measured", "note", "seconds")
+ROW_KEYS = ("paper", "id", "section", "statement", "source", "paper_scale", "mode", "fingerprint", "verdict", "reason",
+            "rule", "threshold", "setup", "per_seed", "measured", "note", "seconds")
 CLAIMS: dict[str, Claim] = {}
 
 
@@ -251,6 +262,23 @@ def run_claims(paper: str | None = None, fast: bool | None = None, ids: list[str
         if callback is not None:
             callback(row)
     return rows
+
+
+def recorded(paper: str | None = None) -> dict[str, Any]:
+    """The full-mode results shipped with the package (3 seeds; hours of CPU, so run once by the developers and
+    stored in `RECORDED`): {"about": how, when and where they were recorded, "rows": the claims' rows}, of one
+    paper or all, in the claims' order. A row whose claim's check has changed since is marked "stale": True;
+    a row of a claim that no longer exists is left out. No file: no rows."""
+    if not RECORDED.exists():
+        return {"about": {}, "rows": []}
+    stored = json.loads(RECORDED.read_text())
+    by_key = {f"{r['paper']}/{r['id']}": r for r in stored["rows"]}
+    rows = []
+    for c in claims(paper):
+        row = by_key.get(f"{c.paper}/{c.id}")
+        if row is not None:
+            rows.append({**row, "stale": row.get("fingerprint") != c.fingerprint})
+    return {"about": stored["about"], "rows": rows}
 
 
 def per_seed_text(per_seed: dict[str, list]) -> str:
