@@ -12,6 +12,7 @@ from explorer import plots
 from explorer.papers import claims as claims_module
 from explorer.papers.claims import Decision, Verdict, claims
 from explorer_app import state
+from explorer_app.messages import escape
 
 TABS = {"ancre": "ANCRe", "dca": "DCA", "idinit": "IDInit", "tau": "τ stability", "skipless": "Cutting the Skip"}
 TITLES = {"ancre": "ANCRe", "dca": "DeepCrossAttention", "idinit": "IDInit", "tau": "Stability and Convergence",
@@ -70,7 +71,7 @@ def test_each_paper_shows_its_recorded_full_mode_results_folded(open_page, paper
     assert all(f"{n} {label}" in expander.label for label, n in counts.items() if n)
     [body] = [element.proto.body for element in expander.get("html")]
     assert body == recorded_table(paper) and all(f"<b>{c.id}</b>" in body for c in claims(paper))
-    assert stored["about"]["date"] in expander.caption[0].value
+    assert escape(f"Recorded {stored['about']['date']} on {stored['about']['machine']}") in expander.caption[0].value
 
 
 def table_seconds(table: str) -> float:
