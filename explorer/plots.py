@@ -14,7 +14,7 @@ Conventions shared by every figure:
   label order, and every multi-run builder takes an optional `colors` mapping (label -> colour)
   so the app can keep the same colour for a run across all of its figures.
 * Bad input raises ValueError naming the offending argument.
-* Blocks are numbered 1..L as the spec counts them (`explorer.nn.n_blocks`; for a Transformer L =
+* Blocks are numbered 1..L as the spec counts them (`explorer.nn.base.n_blocks`; for a Transformer L =
   `model.depth`, a block being attention + MLP at either `model.level`). The embedded input, where a
   figure draws it, is labelled "input", never "block 0". Where a probe measures sub-blocks (the
   `norms` probe on a Transformer at module level, e.g. skipless) each keeps its own entry, labelled
