@@ -613,15 +613,12 @@ def pca_grid(images: Any, row_labels: Sequence[str], col_labels: Sequence[str], 
         raise ValueError(f"row_labels has {len(row_labels)} entries for {rows} rows")
     if len(col_labels) != cols:
         raise ValueError(f"col_labels has {len(col_labels)} entries for {cols} columns")
-    panels = [list(arr)]
-    names = [str(r) for r in row_labels]
+    grid, names = list(arr), [str(r) for r in row_labels]
     if inputs is not None:
         first = _rgb("inputs", inputs, 4)
         if len(first) < cols:
             raise ValueError(f"inputs has {len(first)} images for {cols} columns")
-        panels.insert(0, [first[:cols]])
-        names.insert(0, "images")
-    grid = [row for block in panels for row in block]
+        grid, names = [first[:cols], *grid], ["images", *names]
     fig = make_subplots(rows=len(grid), cols=cols, column_titles=[str(c) for c in col_labels],
                         horizontal_spacing=_spacing(cols, 0.02),
                         vertical_spacing=_spacing(len(grid), 0.04))
