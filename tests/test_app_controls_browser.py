@@ -10,10 +10,11 @@ goes back to the first recorded step). Compare: grid steps, Launch, the all-runs
 slider (EMA curves added), the loss and step axis radios (the axis types), the heatmap basis. Papers: fast
 mode, Run this claim (its verdict table), Open in Train (the Train page opens with the preset's spec in the
 URL). Theory: every section and its sliders (each redraws a figure).
-Sliders are pressed with the keyboard on their focused thumb (ArrowRight, Home, End).
-Not pressed: Run all claims (minutes of training), the grid's Stop (the 10-step grid ends before a click
-lands), the text upload, Theory's "Check on a real network", radios and number inputs, Compare's
-validation toggle and column-header sorting. AppTests cover these.
+Sliders are pressed with the keyboard (ArrowRight, Home, End) on their focused thumb (a visually hidden range
+input in Streamlit 1.67). Not pressed here: Run all claims (minutes of training), the grid's Stop (the 10-step grid ends before a click
+lands), the text upload, Theory's "Check on a real network", its radios, "as printed" toggle and seed input,
+Compare's validation toggle and column-header sorting, Train's form fields beyond the preset and upload
+(the AppTests in tests/test_app_*.py set many of them without a browser).
 CI (CI=true) must have Chromium and Playwright.
 """
 
