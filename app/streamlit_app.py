@@ -8,8 +8,9 @@ import os
 import sys
 from pathlib import Path
 
-# Heavy libraries are imported here, once, when the server loads the app, before any session runs a
-# page: two sessions importing pandas at the same moment see a "partially initialized module" error.
+# Heavy libraries are imported here, before any page runs: two sessions importing pandas at the same moment
+# see a "partially initialized module" error. app/server.py imports them when the server starts, so the first
+# visitor does not wait for them; under `streamlit run app/streamlit_app.py` the first script run does.
 import numpy  # noqa: F401
 import pandas  # noqa: F401
 import plotly.graph_objects  # noqa: F401

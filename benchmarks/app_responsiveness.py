@@ -1,7 +1,7 @@
 """App responsiveness in a real browser: click Train -> first loss point, chart refreshes per second while
 training, and how fast a click (Pause) answers during training.
 
-Starts `streamlit run app/streamlit_app.py` on a loopback port, drives Debian's Chromium with Playwright,
+Starts `streamlit run app/server.py` (the app, warmed up) on a loopback port, drives Debian's Chromium with Playwright,
 and compares the time to the first loss point with a plain PyTorch reference measured in the same run
 (build the same model and data and compute the first loss in-process: the floor any UI adds to).
 Targets (issue 8): first loss point < 2 s for the MLP presets on CPU; >= 2 chart refreshes per second.
@@ -49,12 +49,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serve(home: str | os.PathLike, port: int | None = None, timeout: float = 60.0):
-    """Run the app on 127.0.0.1:PORT (its own EXPLORER_HOME) until the block ends; yields the base URL."""
+def serve(home: str | os.PathLike, port: int | None = None, timeout: float = 60.0, entry: str = "server.py"):
+    """Run the app on 127.0.0.1:PORT (its own EXPLORER_HOME) until the block ends; yields the base URL.
+    `entry`: app/server.py (warmed up, as the README starts it) or app/streamlit_app.py (imports at first visit)."""
     port = port or free_port()
     env = {**os.environ, "EXPLORER_HOME": str(home)}
     server = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "streamlit_app.py"), "--server.headless", "true",
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / entry), "--server.headless", "true",
          "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

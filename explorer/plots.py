@@ -14,6 +14,13 @@ Conventions shared by every figure:
   label order, and every multi-run builder takes an optional `colors` mapping (label -> colour)
   so the app can keep the same colour for a run across all of its figures.
 * Bad input raises ValueError naming the offending argument.
+* Blocks are numbered 1..L as the spec counts them (`explorer.nn.base.n_blocks`; for a Transformer L =
+  `model.depth`, a block being attention + MLP at either `model.level`). The embedded input, where a
+  figure draws it, is labelled "input", never "block 0". Where a probe measures sub-blocks (the
+  `norms` probe on a Transformer at module level, e.g. skipless) each keeps its own entry, labelled
+  "block 3 attn" and "block 3 mlp", rather than being summed away. The probes return these labels
+  (`labels`) or whole-block indices (the `pca` probe's `blocks`: 0 = the input, b = after block b),
+  and every figure shows them as they are: axis categories, row titles, hover text.
 
 `export`, `to_html_bytes` and `to_png_bytes` save figures. HTML is self-contained (plotly.js
 is embedded, no CDN) because the app must work offline; PNG needs the optional `kaleido`
@@ -51,6 +58,7 @@ __all__ = [
     "run_colors",
     "show_in",
     "spectra",
+    "state_labels",
     "theory_curves",
     "to_html_bytes",
     "to_png_bytes",
@@ -373,20 +381,6 @@ def coefficient_heatmap(
 # --------------------------------------------------------------------------- spectra
 
 
-def _indexed_lines(curves, colors, hover: str, marker: dict | None = None) -> tuple[go.Figure, dict[str, np.ndarray]]:
-    """One line per label over indices 1..n, hover "<hover> <value>"; the figure and the validated curves."""
-    data = _curve_dict("curves", curves)
-    palette = _resolve_colors(list(data), colors)
-    fig = go.Figure()
-    for label, y in data.items():
-        fig.add_trace(go.Scatter(
-            x=np.arange(1, y.size + 1), y=y, mode="lines+markers", name=label,
-            line=dict(color=palette[label]), marker=marker,
-            hovertemplate=f"{hover} %{{y:{_FMT}}}<extra>{label}</extra>",
-        ))
-    return fig, data
-
-
 def spectra(
     curves: Mapping[str, Any],
     title: str,
@@ -491,12 +485,26 @@ def norms_by_layer(
     ylabel: str = "relative norm",
     log_y: bool = False,
     colors: Mapping[str, str] | None = None,
+    labels: Sequence[str] | None = None,
 ) -> go.Figure:
-    """A per-block quantity (e.g. ||h_l|| / ||h_0||) against depth, one line per label, blocks 1..L."""
-    fig, data = _indexed_lines(curves, colors, f"block %{{x}}<br>{ylabel}")
-    fig.update_xaxes(title_text="block (1 = first)")
-    if max(y.size for y in data.values()) <= 24:
-        fig.update_xaxes(tick0=1, dtick=1)  # one tick per block when they fit
+    """A per-block quantity (e.g. ||h_l|| / ||h_0||) against depth, one line per label.
+
+    The x axis is categorical: `labels` name the entries in order (a probe's own labels, e.g. "input",
+    "block 1 attn"); without them "block 1".."block n". A curve shorter than the labels takes the first ones.
+    """
+    data = _curve_dict("curves", curves)
+    longest = max(y.size for y in data.values())
+    names = [f"block {i}" for i in range(1, longest + 1)] if labels is None else [str(n) for n in labels]
+    if len(names) < longest:
+        raise ValueError(f"labels has {len(names)} entries for a curve of {longest} values")
+    palette = _resolve_colors(list(data), colors)
+    fig = go.Figure()
+    for label, y in data.items():
+        fig.add_trace(go.Scatter(
+            x=names[:y.size], y=y, mode="lines+markers", name=label, line=dict(color=palette[label]),
+            hovertemplate=f"%{{x}}<br>{ylabel} %{{y:{_FMT}}}<extra>{label}</extra>",
+        ))
+    fig.update_xaxes(title_text="block", type="category", categoryorder="array", categoryarray=names)
     fig.update_yaxes(**(_log_axis(_plotted_y(fig)) if log_y else dict(type="linear")),
                      title_text=_axis_title(ylabel, log_y))
     return _finish(fig, title)
@@ -552,9 +560,9 @@ def dead_weights(names: Sequence[str], dead: Sequence[Any], total: Sequence[Any]
 
 
 def attention_maps(maps: Any, title: str, max_heads: int = 4) -> go.Figure:
-    """Grid of attention-weight heatmaps: rows = layers, columns = the first `max_heads` heads.
+    """Grid of attention-weight heatmaps: rows = blocks (1 = first), columns = the first `max_heads` heads.
 
-    `maps` is (layers, heads, T, T) or (heads, T, T) with rows = queries, columns = keys. All
+    `maps` is (blocks, heads, T, T) or (heads, T, T) with rows = queries, columns = keys. All
     panels share one colour scale fixed at 0..1 so weights compare across layers and heads.
     """
     try:
@@ -564,22 +572,22 @@ def attention_maps(maps: Any, title: str, max_heads: int = 4) -> go.Figure:
     if a.ndim == 3:
         a = a[None]
     if a.ndim != 4 or a.shape[-1] != a.shape[-2] or 0 in a.shape:
-        raise ValueError(f"maps must be (layers, heads, T, T) or (heads, T, T), got shape {np.shape(maps)}")
+        raise ValueError(f"maps must be (blocks, heads, T, T) or (heads, T, T), got shape {np.shape(maps)}")
     if int(max_heads) < 1:
         raise ValueError(f"max_heads must be >= 1, got {max_heads}")
     layers, heads = a.shape[:2]
     shown = min(heads, int(max_heads))
     fig = make_subplots(
         rows=layers, cols=shown,
-        subplot_titles=[f"layer {l + 1}, head {h + 1}" for l in range(layers) for h in range(shown)],
+        subplot_titles=[f"block {l + 1}, head {h + 1}" for l in range(layers) for h in range(shown)],
         horizontal_spacing=_spacing(shown, 0.04), vertical_spacing=_spacing(layers, 0.08),
     )
     for l in range(layers):
         for h in range(shown):
             fig.add_trace(go.Heatmap(
                 z=a[l, h], zmin=0.0, zmax=1.0, colorscale="Viridis", showscale=(l == 0 and h == 0),
-                colorbar=dict(title=dict(text="weight")), name=f"layer {l + 1} head {h + 1}",
-                hovertemplate=(f"layer {l + 1}, head {h + 1}<br>query %{{y}}<br>key %{{x}}"
+                colorbar=dict(title=dict(text="weight")), name=f"block {l + 1} head {h + 1}",
+                hovertemplate=(f"block {l + 1}, head {h + 1}<br>query %{{y}}<br>key %{{x}}"
                                f"<br>weight %{{z:{_FMT}}}<extra></extra>"),
             ), row=l + 1, col=h + 1)
     fig.update_yaxes(autorange="reversed")
@@ -589,42 +597,58 @@ def attention_maps(maps: Any, title: str, max_heads: int = 4) -> go.Figure:
     return _finish(fig, title + suffix, height=max(350, 230 * layers + 120), width=max(450, 230 * shown + 150))
 
 
-def pca_grid(images: Any, row_labels: Sequence[str], col_labels: Sequence[str], title: str) -> go.Figure:
+def pca_grid(images: Any, row_labels: Sequence[str], col_labels: Sequence[str], title: str,
+             inputs: Any = None) -> go.Figure:
     """A rows x cols grid of RGB images, e.g. PCA feature maps of a skip vs a skipless model side by side.
 
     `images` is (rows, cols, H, W, 3) float RGB in [0, 1]; each panel is a `go.Image` whose z is
     the image scaled to 0..255 (uint8), the range `go.Image` expects. Row labels go on the
-    left, column labels above the top row.
+    left, column labels above the top row. `inputs` (cols, H', W', 3) in [0, 1], e.g. the `pca`
+    probe's `images`, adds a first row "images" with the images the maps were computed from (at
+    their own resolution: each panel keeps its aspect ratio, so a 4 x 4 map sits under its 16 x 16 image).
     """
-    try:
-        arr = np.asarray(images, dtype=float)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"images must be a numeric array: {exc}") from None
-    if arr.ndim != 5 or arr.shape[-1] != 3 or 0 in arr.shape:
-        raise ValueError(f"images must be (rows, cols, H, W, 3), got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)) or arr.min() < -1e-6 or arr.max() > 1 + 1e-6:
-        raise ValueError("images must hold finite RGB values in [0, 1]")
+    arr = _rgb("images", images, 5)
     rows, cols = arr.shape[:2]
     if len(row_labels) != rows:
         raise ValueError(f"row_labels has {len(row_labels)} entries for {rows} rows")
     if len(col_labels) != cols:
         raise ValueError(f"col_labels has {len(col_labels)} entries for {cols} columns")
-    pixels = np.round(np.clip(arr, 0.0, 1.0) * 255).astype(np.uint8)
-    fig = make_subplots(rows=rows, cols=cols, column_titles=[str(c) for c in col_labels],
+    grid, names = list(arr), [str(r) for r in row_labels]
+    if inputs is not None:
+        first = _rgb("inputs", inputs, 4)
+        if len(first) < cols:
+            raise ValueError(f"inputs has {len(first)} images for {cols} columns")
+        grid, names = [first[:cols], *grid], ["images", *names]
+    fig = make_subplots(rows=len(grid), cols=cols, column_titles=[str(c) for c in col_labels],
                         horizontal_spacing=_spacing(cols, 0.02),
-                        vertical_spacing=_spacing(rows, 0.04))
-    for r in range(rows):
+                        vertical_spacing=_spacing(len(grid), 0.04))
+    for r, row in enumerate(grid):
+        pixels = np.round(np.clip(row, 0.0, 1.0) * 255).astype(np.uint8)
         for c in range(cols):
             fig.add_trace(go.Image(
-                z=pixels[r, c], name=f"{row_labels[r]} / {col_labels[c]}",
-                hovertemplate=(f"{row_labels[r]} / {col_labels[c]}<br>pixel x %{{x}}, y %{{y}}"
+                z=pixels[c], name=f"{names[r]} / {col_labels[c]}",
+                hovertemplate=(f"{names[r]} / {col_labels[c]}<br>pixel x %{{x}}, y %{{y}}"
                                "<br>RGB %{z}<extra></extra>"),
             ), row=r + 1, col=c + 1)
     fig.update_xaxes(showticklabels=False, showgrid=False, zeroline=False)
     fig.update_yaxes(showticklabels=False, showgrid=False, zeroline=False)
-    for r, label in enumerate(row_labels):
-        fig.update_yaxes(title_text=str(label), row=r + 1, col=1)
-    return _finish(fig, title, height=max(300, 200 * rows + 100), width=max(400, 200 * cols + 120))
+    for r, label in enumerate(names):
+        fig.update_yaxes(title_text=label, row=r + 1, col=1)
+    return _finish(fig, title, height=max(300, 200 * len(grid) + 100), width=max(400, 200 * cols + 120))
+
+
+def _rgb(name: str, images: Any, ndim: int) -> np.ndarray:
+    """`images` as a float array of `ndim` dimensions ending in RGB, every value finite and in [0, 1]."""
+    try:
+        arr = np.asarray(images, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a numeric array: {exc}") from None
+    shape = "(rows, cols, H, W, 3)" if ndim == 5 else "(images, H, W, 3)"
+    if arr.ndim != ndim or arr.shape[-1] != 3 or 0 in arr.shape:
+        raise ValueError(f"{name} must be {shape}, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or arr.min() < -1e-6 or arr.max() > 1 + 1e-6:
+        raise ValueError(f"{name} must hold finite RGB values in [0, 1]")
+    return arr
 
 
 # --------------------------------------------------------------------------- theory
@@ -689,15 +713,21 @@ def theory_curves(
 # --------------------------------------------------------------------------- probe results
 
 
+def state_labels(indices: Any) -> list[str]:
+    """Labels of stream states by index: 0 -> "input" (the embedded input), b -> "block b" (after block b)."""
+    return ["input" if int(b) == 0 else f"block {int(b)}" for b in np.asarray(indices).reshape(-1)]
+
+
 def probe_figures(name: str, result: Mapping[str, Any], label: str = "") -> list[go.Figure]:
     """The standard figures of one probe's result (what `explorer.probe(model, x, name)` returns).
 
     jacobian: input-output Jacobian spectra (first inputs); weights: spectra and numerical ranks of
     every weight matrix; norms: relative norms by block; dead: dead-weight fraction per matrix;
-    attention: attention maps (layers x heads); coefficients: the shortcut heatmap (learned
+    attention: attention maps (blocks x heads); coefficients: the shortcut heatmap (learned
     coefficients for a learnable topology, else unrolled; `coefficient_basis`);
-    param-jacobian: parameter- and input-Jacobian spectra; pca: PCA feature maps per block and
-    the dense-probe mIoU per block. `label` (e.g. the run's name) prefixes each title.
+    param-jacobian: parameter- and input-Jacobian spectra; pca: the input images above their PCA
+    feature maps per block, and the dense-probe mIoU per block. `label` (e.g. the run's name)
+    prefixes each title. Blocks are labelled as the module docstring says.
     """
     head = f"{label}: " if label else ""
     r = {key: np.asarray(value) for key, value in result.items()}
@@ -713,12 +743,13 @@ def probe_figures(name: str, result: Mapping[str, Any], label: str = "") -> list
                 rank_plot(names, r["rank"], full, f"{head}numerical rank of each weight matrix")]
     if name == "norms":
         curves = {"output ||y_l|| / ||x_0||": r["relative_output_norm"], "input ||in_l|| / ||x_0||": r["relative_input_norm"]}
-        return [norms_by_layer(curves, f"{head}norms by block, relative to the embedded input", log_y=True)]
+        return [norms_by_layer(curves, f"{head}norms by block, relative to the embedded input", log_y=True,
+                               labels=[str(n) for n in r["labels"]] if "labels" in r else None)]
     if name == "dead":
         return [dead_weights([str(n) for n in r["names"]], r["dead_weights"], r["total_weights"],
                              f"{head}dead weights (entries whose loss gradient is exactly 0)")]
     if name == "attention":
-        return [attention_maps(r["maps"], f"{head}attention maps (rows: layers, columns: heads; "
+        return [attention_maps(r["maps"], f"{head}attention maps (rows: blocks, columns: heads; "
                                           f"mean κ = {np.nanmean(r['kappa']):.3g})")]
     if name == "coefficients":
         basis = coefficient_basis(r)
@@ -729,13 +760,13 @@ def probe_figures(name: str, result: Mapping[str, Any], label: str = "") -> list
         return [spectra(curves, f"{head}sub-block Jacobian spectra (κ params {float(r['param_kappa']):.3g}, "
                                 f"κ input {float(r['input_kappa']):.3g})")]
     if name == "pca":
-        blocks = [f"block {int(b)}" for b in r["blocks"]]
         rgb = r["rgb"][:, :4]
-        figs = [pca_grid(rgb, blocks, [f"image {i}" for i in range(rgb.shape[1])],
-                         f"{head}PCA feature maps (first 3 components as RGB)")]
+        inputs = r["images"][:rgb.shape[1]] if "images" in r else None  # results recorded before it had images
+        figs = [pca_grid(rgb, state_labels(r["blocks"]), [f"image {i + 1}" for i in range(rgb.shape[1])],
+                         f"{head}PCA feature maps (first 3 components as RGB)", inputs=inputs)]
         if "miou" in r and np.isfinite(r["miou"]).any():
             figs.append(norms_by_layer({"dense-probe mIoU": r["miou"]}, f"{head}dense linear probe mIoU by block",
-                                       ylabel="mIoU"))
+                                       ylabel="mIoU", labels=state_labels(range(len(r["miou"])))))
         return figs
     raise ValueError(f"no figure for probe {name!r}; known: jacobian, weights, norms, dead, attention, "
                      "coefficients, param-jacobian, pca")

@@ -1,13 +1,20 @@
 """Each page's controls pressed in a real browser (Streamlit + Playwright + Debian's Chromium), failing on
-any exception box ([data-testid="stException"]).
+any exception box ([data-testid="stException"]); every press checks what it changed on the page.
 
 One fresh server, one browser, the pages in order. Pressed: Train: preset select + Load preset, spec upload,
 live-probe and heatmap selects, the spec download, Train, Pause, Step, Resume, Stop, the run JSON / history
-CSV / figure HTML downloads, Reset. Inside: the all-runs toggle, the probe multiselect. Compare: grid steps,
-Launch, the all-runs toggle. Papers: fast mode, Run this claim (its verdict table). Theory: every section.
-Not pressed yet (their selectors did not hold in the browser; AppTests cover them): Inside's sliders and
-Run probes, Compare's runs-table row selection, smoothing slider, axis radios and basis, Papers' Open in
-Train, Theory's sliders; also Run all claims (minutes of training), the grid's Stop and the text upload.
+CSV / figure HTML downloads, Reset. Inside: the all-runs toggle, the run select, the probe multiselect, the
+inputs slider (Home, End: the Jacobian figure's curves follow), Probe, the recorded-step slider (the figure
+goes back to the first recorded step). Compare: grid steps, Launch, the all-runs toggle, a runs-table row
+(its checkbox cell, clicked by coordinates on the data grid's canvas: that run alone is drawn), the smoothing
+slider (EMA curves added), the loss and step axis radios (the axis types), the heatmap basis. Papers: fast
+mode, Run this claim (its verdict table), Open in Train (the Train page opens with the preset's spec in the
+URL). Theory: every section and its sliders (each redraws a figure).
+Sliders are pressed with the keyboard (ArrowRight, Home, End) on their focused thumb (a visually hidden range
+input in Streamlit 1.67). Not pressed here: Run all claims (minutes of training), the grid's Stop (the 10-step grid ends before a click
+lands), the text upload, Theory's "Check on a real network", its radios, "as printed" toggle and seed input,
+Compare's validation toggle and column-header sorting, Train's form fields beyond the preset and upload
+(the AppTests in tests/test_app_*.py set many of them without a browser).
 CI (CI=true) must have Chromium and Playwright.
 """
 
@@ -54,6 +61,48 @@ def click(page, key: str, where: str | None = None) -> None:
     settle(page, where or key)
 
 
+# Each plotly chart on the page: its title, axis types, marks (shapes, annotation texts), trace names and a
+# fingerprint of its data.
+CHARTS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => ({
+  title: (g.layout.title || {}).text || '', ytype: (g.layout.yaxis || {}).type || '',
+  xtype: (g.layout.xaxis || {}).type || '',
+  marks: JSON.stringify([g.layout.shapes || [], (g.layout.annotations || []).map(a => a.text)]),
+  names: g.data.map(t => t.name || ''),
+  data: JSON.stringify(g.data.map(t => [t.y ? Array.from(t.y).slice(0, 200) : null,
+                                        t.z ? Array.from(t.z).map(r => Array.from(r)).slice(0, 50) : null]))}))"""
+
+
+def chart(page, title_part: str) -> dict:
+    """The first chart whose title contains `title_part` (waits for it to appear)."""
+    deadline = time.time() + 60
+    while True:
+        found = [c for c in page.evaluate(CHARTS) if title_part in c["title"]]
+        if found or time.time() > deadline:
+            assert found, f"no chart titled ...{title_part}... on the page"
+            return found[0]
+        time.sleep(0.5)
+
+
+def slide(page, key: str, *presses: str) -> tuple[str, str]:
+    """Focus the slider (or select slider) with widget key `key` (its thumb is a visually hidden range input),
+    press the keys (ArrowRight, Home, End, ...), wait for the rerun; (value before, value after) as the thumb's
+    label shows them, which must differ."""
+    shown = page.locator(f".st-key-{key} [data-testid='stSliderThumbValue']").first
+    before = shown.inner_text()
+    page.locator(f".st-key-{key} input[type=range]").first.focus()
+    for key_name in presses:
+        page.keyboard.press(key_name)
+    settle(page, f"slider {key}")
+    after = page.locator(f".st-key-{key} [data-testid='stSliderThumbValue']").first.inner_text()
+    assert after != before, f"slider {key} did not move ({before})"
+    return before, after
+
+
+def radio(page, key: str, option: str) -> None:
+    page.locator(f".st-key-{key} label", has_text=option).first.click()
+    settle(page, f"radio {key} = {option}")
+
+
 def download(page, key: str) -> str:
     with page.expect_download(timeout=60_000) as info:
         page.locator(f".st-key-{key} button").first.click()
@@ -83,6 +132,27 @@ def pressing(page, root, name):
 
 
 SPEC = explorer.preset(PRESET).with_values({"train.steps": 400, "train.log_every": 5})
+RECORDED = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 5, "train.steps": 12, "train.log_every": 2})
+
+
+def stored_run(root, label: str) -> dict:
+    """A small run recorded straight into the server's store (norms probed every 4 steps); its record."""
+    store = explorer.RunStore(root / "home")
+    explorer.train(RECORDED, callbacks=[explorer.StoreRecorder(store=store, label=label)], probes={"norms": {}},
+                   probe_every=4)
+    return store.list()[0]
+
+
+def charts_changed(page, before: list[dict], where: str) -> list[dict]:
+    """Wait until some chart's title, marks or data differ from `before` (the press redrew something); the charts
+    now."""
+    deadline = time.time() + 60
+    while True:
+        now = page.evaluate(CHARTS)
+        if [(c["title"], c["marks"], c["data"]) for c in now] != [(c["title"], c["marks"], c["data"]) for c in before]:
+            return now
+        assert time.time() < deadline, f"no chart changed after {where}"
+        time.sleep(0.5)
 
 
 def test_every_control_of_train(app):
@@ -125,20 +195,41 @@ def test_every_control_of_train(app):
 
 def test_every_control_of_inside(app):
     base, page, root = app
+    record = stored_run(root, "recorded")
     with pressing(page, root, "inside"):
         page.goto(f"{base}/inside")
         settle(page, "opening Inside")
         page.locator(".st-key-inside-all label").click()
         settle(page, "all runs toggle")
+        choose(page, "inside-run", record["id"][:8])
+        settle(page, "run select")
         page.locator(".st-key-inside-probes").click()
         page.keyboard.type("weights")
         page.keyboard.press("Enter")
         page.keyboard.press("Escape")
+        page.locator("h1").first.click()  # closes the multiselect's list
         settle(page, "probe multiselect")
+        assert slide(page, "inside-inputs", "Home")[1] == "1"
+        click(page, "inside-run-probes", "Probe (1 input)")
+        one = chart(page, "input-output Jacobian spectrum")["names"]
+        assert slide(page, "inside-inputs", "End")[1] == "64"
+        click(page, "inside-run-probes", "Probe (64 inputs)")
+        deadline = time.time() + 60
+        while chart(page, "input-output Jacobian spectrum")["names"] == one:  # one curve per input, up to 4
+            assert time.time() < deadline, "the Jacobian figure did not change with the inputs slider"
+            time.sleep(0.5)
+        assert len(set(chart(page, "input-output Jacobian spectrum")["names"])) > len(set(one))
+        steps = sorted({row["step"] for row in explorer.RunStore(root / "home").get(record["id"])["probes"]})
+        assert len(steps) > 1
+        before = page.evaluate(CHARTS)
+        slide(page, "inside-recorded-step", "Home")  # the recorded probes' scrubber: back to the first step
+        titles = [c["title"] for c in charts_changed(page, before, "the recorded-step slider")]
+        assert any(f"step {steps[0]}: norms by block" in t for t in titles), titles
 
 
 def test_every_control_of_compare(app):
     base, page, root = app
+    other = stored_run(root, "older run")  # a second run besides the grid's, to pick in the runs table
     with pressing(page, root, "compare"):
         page.goto(f"{base}/compare")
         settle(page, "opening Compare")
@@ -152,8 +243,40 @@ def test_every_control_of_compare(app):
         page.locator(".st-key-compare-all-runs label").click()
         settle(page, "all runs toggle")
 
+        # the runs table (a canvas): tick the checkbox cell of its last row, the oldest run -> only it is drawn
+        listed = explorer.RunStore(root / "home").list(limit=50)
+        assert len(listed) >= 2 and other["id"] in [r["id"] for r in listed]
+        oldest = listed[-1]
+        loss = chart(page, "Compare: training loss")
+        table = page.locator(".st-key-compare-table [data-testid='stDataFrameResizable']").first
+        table.scroll_into_view_if_needed()
+        box = table.bounding_box()
+        row_height = 35  # Streamlit's dataframe rows and header
+        page.mouse.click(box["x"] + 18, box["y"] + row_height * len(listed) + row_height / 2)
+        settle(page, "runs table row selection")
+        picked = charts_changed(page, [loss], "the runs table row selection")
+        names = set(next(c for c in picked if "Compare: training loss" in c["title"])["names"])
+        assert any((oldest["label"] or oldest["id"][:8]) in name for name in names), names
+        assert not any(name in names for name in loss["names"] if name and oldest["label"] not in name)
+
+        loss = chart(page, "Compare: training loss")
+        assert slide(page, "compare-smoothing", "End")[1] != "0"
+        smoothed = chart(page, "Compare: training loss")
+        assert smoothed["data"] != loss["data"] and len(smoothed["names"]) > len(loss["names"])  # EMA + raw curves
+        assert smoothed["ytype"] == "log"
+        radio(page, "compare-y-scale", "linear")
+        assert chart(page, "Compare: training loss")["ytype"] == "linear"
+        xtype = chart(page, "Compare: training loss")["xtype"]
+        radio(page, "compare-x-scale", "linear" if xtype == "log" else "log")
+        assert chart(page, "Compare: training loss")["xtype"] != xtype
+        choose(page, "compare-basis", "log_ratio")
+        settle(page, "heatmap basis")
+        assert any("log_ratio, step" in c["title"] for c in page.evaluate(CHARTS))
+
 
 def test_every_control_of_papers(app):
+    import urllib.parse
+
     base, page, root = app
     with pressing(page, root, "papers"):
         page.goto(f"{base}/papers?paper=IDInit")
@@ -162,14 +285,28 @@ def test_every_control_of_papers(app):
         settle(page, "fast mode toggle")
         click(page, "papers-run-idinit-chi-at-init", "Run this claim")
         page.locator(".explorer-verdicts").first.wait_for(timeout=60_000)
+        page.get_by_text("Presets (", exact=False).first.click()  # the presets expander
+        page.locator(".st-key-papers-open-idinit-fig5-idiz button").first.click()
+        page.locator(".st-key-train-start button").wait_for(timeout=60_000)  # on the Train page now
+        settle(page, "Open in Train")
+        query = urllib.parse.parse_qs(urllib.parse.urlparse(page.url).query)
+        opened = explorer.ExperimentSpec.from_query({key: values[0] for key, values in query.items()})
+        assert opened.to_dict() == explorer.preset("idinit-fig5-idiz").to_dict()
 
 
 def test_every_control_of_theory(app):
     base, page, root = app
+    sliders = {"DCA: gain bounds": ["theory-dca-d", "theory-dca-r", "theory-dca-kappa", "theory-dca-lmax"],
+               "τ: norm growth with depth": ["theory-tau-depth"],
+               "Cutting the Skip: softmax conditioning": ["theory-skip-n", "theory-skip-alpha", "theory-skip-beta",
+                                                          "theory-skip-temperature", "theory-skip-trials"]}
     with pressing(page, root, "theory"):
         page.goto(f"{base}/theory")
         settle(page, "opening Theory")
-        for section in ("DCA: gain bounds", "τ: norm growth with depth", "Cutting the Skip: softmax conditioning"):
+        for section, keys in sliders.items():
             page.locator(".st-key-theory-section label", has_text=section).click()
             settle(page, section)
-
+            for key in keys:  # each slider one step to the right (the trials slider starts at its end: Home)
+                before = page.evaluate(CHARTS)
+                slide(page, key, "Home" if key == "theory-skip-trials" else "ArrowRight")
+                charts_changed(page, before, f"slider {key}")

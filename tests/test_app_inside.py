@@ -61,3 +61,26 @@ def test_recorded_probes_can_be_scrubbed_by_step(open_page):
     first = next(row["result"]["own"] for row in run.probe_history if row["step"] == int(steps[0]))
     z = plotly_array(heatmap["data"][0]["z"])
     assert np.allclose(np.nan_to_num(z), np.nan_to_num(np.where(np.tril(np.ones_like(first)) > 0, first, np.nan)))
+
+
+def test_the_pca_grid_draws_the_input_images_above_the_maps_of_the_input_and_blocks_1_to_l(open_page):
+    spec = explorer.preset("skip-sec5-skipless").with_values({"data.n_train": 32, "data.n_val": 16, "train.steps": 2,
+                                                              "train.log_every": 1})
+    run, _ = stored_run(spec)
+    at = open_page("inside")
+    at.toggle(key="inside-all").set_value(True).run()
+    at.multiselect(key="inside-probes").set_value(["pca"]).run()
+    at.slider(key="inside-inputs").set_value(8).run()
+    at.button(key="inside-run-probes").click().run()
+    assert not at.exception
+    grid = next(s for s in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
+                if "PCA feature maps" in s["layout"]["title"]["text"])
+    cols = 4
+    rows = [grid["layout"]["yaxis" + ("" if r == 0 else str(r * cols + 1))]["title"]["text"]
+            for r in range(len(grid["data"]) // cols)]
+    assert rows == ["images", "input"] + [f"block {j}" for j in range(1, spec.model.params["depth"] + 1)]
+    expected = explorer.probe(run.model.eval(), run.data.x_val[:8], "pca")["images"]
+    for c in range(cols):  # the first row is the validation images the maps were computed from
+        z = plotly_array(grid["data"][c]["z"]).reshape(expected[c].shape)
+        assert np.array_equal(z, np.round(expected[c] * 255))
+    assert plotly_array(grid["data"][cols]["z"]).size < z.size  # a map has one pixel per 4 x 4 patch

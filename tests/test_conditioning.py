@@ -41,7 +41,7 @@ def test_kappa_leaves_out_exact_zeros_and_reports_the_rank():
 def test_exact_param_jacobian_matches_a_dense_jacobian_of_the_branch_parameters():
     model, data = build(*MLP)
     x = data.x_val[:4]
-    result = probe(model, x, "param-jacobian", part="mlp", block=1, max_inputs=4, method="exact")
+    result = probe(model, x, "param-jacobian", part="mlp", block=2, max_inputs=4, method="exact")  # 1 = first
     block = model.stack.blocks[1]
     names = [n for n, _ in block.named_parameters()]
     params = [p.detach() for _, p in block.named_parameters()]

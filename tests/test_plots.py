@@ -230,10 +230,15 @@ def test_norms_by_layer():
     fig = plots.norms_by_layer(curves, "Forward norm by block", log_y=True)
     assert len(fig.data) == 2
     np.testing.assert_array_equal(_f(fig.data[1].y), curves["skipless"])
-    np.testing.assert_array_equal(_f(fig.data[0].x), [1, 2, 3])
+    assert list(fig.data[0].x) == ["block 1", "block 2", "block 3"]  # blocks count from 1
     assert fig.layout.yaxis.type == "log"
     assert fig.layout.yaxis.title.text == "relative norm (log scale)"
     assert "block" in fig.layout.xaxis.title.text
+    named = plots.norms_by_layer({"a": [1.0, 2.0, 3.0], "b": [1.0]}, "t", labels=["input", "block 1", "block 2"])
+    assert list(named.data[0].x) == ["input", "block 1", "block 2"] and list(named.data[1].x) == ["input"]
+    assert list(named.layout.xaxis.categoryarray) == ["input", "block 1", "block 2"]
+    with pytest.raises(ValueError, match="labels"):
+        plots.norms_by_layer({"a": [1.0, 2.0]}, "t", labels=["block 1"])
 
 
 def test_rank_plot():
@@ -311,6 +316,20 @@ def test_pca_grid():
         plots.pca_grid(images, ["a"], ["1", "2", "3"], "t")
     with pytest.raises(ValueError, match="col_labels"):
         plots.pca_grid(images, ["a", "b"], ["1"], "t")
+
+
+def test_pca_grid_draws_the_input_images_as_its_first_row():
+    rng = np.random.default_rng(3)
+    maps, inputs = rng.random((2, 3, 4, 4, 3)), rng.random((5, 16, 16, 3))
+    fig = plots.pca_grid(maps, ["block 1", "block 2"], ["a", "b", "c"], "t", inputs=inputs)
+    assert len(fig.data) == 9 and fig.layout.yaxis.title.text == "images"
+    assert fig.layout.yaxis4.title.text == "block 1" and fig.layout.yaxis7.title.text == "block 2"
+    np.testing.assert_array_equal(np.asarray(fig.data[2].z), np.round(inputs[2] * 255))  # input row, column c
+    np.testing.assert_array_equal(np.asarray(fig.data[3 + 1].z), np.round(maps[0, 1] * 255))
+    with pytest.raises(ValueError, match="inputs"):
+        plots.pca_grid(maps, ["1", "2"], ["a", "b", "c"], "t", inputs=inputs[:2])
+    with pytest.raises(ValueError, match="inputs"):
+        plots.pca_grid(maps, ["1", "2"], ["a", "b", "c"], "t", inputs=inputs[..., 0])
 
 
 # --------------------------------------------------------------------------- all figures

@@ -6,6 +6,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import explorer
+from explorer import plots
 from explorer.probes import PROBES, probe
 from explorer.topology import DCA
 
@@ -353,3 +354,47 @@ def test_jacobian_refuses_a_stream_too_large_to_differentiate_quickly():
         probe(model, data.x_val[:2], "jacobian", max_dim=39)
     assert refused.value.path == "probe.max_dim" and "40 numbers per example" in refused.value.message
     assert probe(model, data.x_val[:2], "jacobian", max_dim=40)["singular_values"].shape == (2, 40)
+
+
+# --------------------------------------------------------------------------------------
+# one block numbering (explorer.plots' docstring): blocks 1..L, the input as "input"
+# --------------------------------------------------------------------------------------
+def block_numbers(labels) -> list[int]:
+    """The block numbers named by figure labels such as "block 3" or "block 3 attn", in order."""
+    return [int(str(label).split()[1]) for label in labels if str(label) != "input"]
+
+
+SMALL_VIT = {"data.n_train": 64, "data.n_val": 32}
+
+
+@pytest.mark.parametrize("preset, subblocks", [("skip-table1-skip", False), ("skip-table1-skipless", True)])
+def test_a_six_block_vit_is_drawn_as_blocks_1_to_6(preset, subblocks):
+    spec = explorer.preset(preset).with_values(SMALL_VIT)
+    assert spec.model.params["depth"] == 6
+    model, data = explorer.build(spec)
+    norms = probe(model, data.x_val[:8], "norms")
+    fig = plots.probe_figures("norms", norms)[0]
+    x = list(fig.data[0].x)
+    if subblocks:  # skipless runs at module level: attention and MLP of each block, each labelled
+        assert x == [f"block {j} {part}" for j in range(1, 7) for part in ("attn", "mlp")]
+    else:
+        assert x == [f"block {j}" for j in range(1, 7)]
+    assert list(fig.layout.xaxis.categoryarray) == x
+    pca = probe(model, data.x_val[:16], "pca", masks=data.masks_val[:16])
+    grid, miou = plots.probe_figures("pca", pca)
+    rows = [grid.layout[f"yaxis{'' if i == 0 else i + 1}"].title.text for i in range(0, len(grid.data), 4)]
+    assert rows == ["images", "input"] + [f"block {j}" for j in range(1, 7)]  # the images, the embedded input, blocks
+    assert list(miou.data[0].x) == ["input"] + [f"block {j}" for j in range(1, 7)]
+    attention = plots.probe_figures("attention", probe(model, data.x_val[:1], "attention"))[0]
+    titles = [a.text for a in attention.layout.annotations]
+    assert sorted(set(block_numbers(t.split(",")[0] for t in titles))) == list(range(1, 7))
+
+
+def test_a_gpt_and_an_mlp_resnet_are_drawn_as_blocks_1_to_l():
+    gpt = explorer.preset("ancre-table2-cascaded")
+    resnet = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 7})
+    for spec, blocks in ((gpt, gpt.model.params["depth"]), (resnet, 6)):  # the MLP-ResNet's depth counts its stems
+        model, data = explorer.build(spec)
+        fig = plots.probe_figures("norms", probe(model, data.x_val[:4], "norms"))[0]
+        assert list(fig.data[0].x) == [f"block {j}" for j in range(1, blocks + 1)]
+        assert block_numbers(fig.data[1].x) == list(range(1, blocks + 1))

@@ -19,7 +19,7 @@ from explorer_app import figures, messages, spec_form, state
 PROBES = explorer.registry("probes")
 
 st.title("Inside")
-st.caption("Look inside a trained (or training) network: Jacobian and weight spectra, ranks, norms by layer, "
+st.caption("Look inside a trained (or training) network: Jacobian and weight spectra, ranks, norms by block, "
            "dead units, attention maps, PCA feature maps with a dense probe's score, shortcut coefficients.")
 
 # ---- which run -----------------------------------------------------------------------------------

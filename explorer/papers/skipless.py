@@ -244,6 +244,6 @@ def _fig4_dense_miou(mode, arms=("skip-table1-skip", "skip-table1-skipless-init"
     return Verdict(decision, {f"deep-block mIoU {a}": v for a, v in deep.items()},
                    f"the sign; the all-background floor {floor:.3f} (+ 0.01, ours) makes it inconclusive; fast-mode "
                    "margin 0.05",
-                   "the runs of table1-accuracy (supervised, not DINO); mean dense-probe mIoU over blocks b > L/2 (block "
-                   "0 = patch embedding); logistic regression fit on 32 validation images' patch tokens, scored on 32 "
+                   "the runs of table1-accuracy (supervised, not DINO); mean dense-probe mIoU over blocks b > L/2 (blocks "
+                   "1..L; the patch-embedded input not counted); logistic regression fit on 32 validation images' patch tokens, scored on 32 "
                    "others, labels = majority pixel label of each 4x4 patch", measured={"all_background_miou": floor})

@@ -91,30 +91,28 @@ def _kappa_of(f, primal: torch.Tensor, out_dim: int, method: str, iterations: in
 
 
 def _sub_block(model, block: int, part: str) -> tuple[torch.nn.Module, str]:
-    """The sub-block module and its parameter prefix in model.stack."""
+    """The sub-block module of block `block` (1 = first, as explorer.plots numbers blocks) and its parameter
+    prefix in model.stack."""
     stack = getattr(model, "stack", None)
     blocks = getattr(stack, "blocks", None)
     if blocks is None:
         raise SpecError("probe", "param-jacobian needs a model with one block stack (model.stack.blocks)")
     units = [getattr(b, "block", b) for b in blocks]  # through ReZero/SkipInit gates
     prefix_of = {id(m): f"blocks.{i}" + (".block" if m is not blocks[i] else "") for i, m in enumerate(units)}
-    if isinstance(units[0], TransformerBlock):
-        if not 0 <= block < len(units):
-            raise SpecError("probe.block", f"block {block} does not exist; choose 0..{len(units) - 1}")
-        unit = units[block]
-        module = unit.attn if part == "attention" else unit.mlp
-        return module, f"{prefix_of[id(unit)]}.{'attn' if part == 'attention' else 'mlp'}"
-    if isinstance(units[0], (Attention, MLPBlock)) and any(isinstance(u, Attention) for u in units):
-        kind = Attention if part == "attention" else MLPBlock
-        matching = [u for u in units if isinstance(u, kind)]
-        if not 0 <= block < len(matching):
-            raise SpecError("probe.block", f"block {block} does not exist; choose 0..{len(matching) - 1}")
-        return matching[block], prefix_of[id(matching[block])]
-    if part == "attention":
+    if part == "attention" and not any(isinstance(u, (Attention, TransformerBlock)) for u in units):
         raise SpecError("probe.part", "this model has no attention; use part=mlp (the whole residual branch)")
-    if not 0 <= block < len(units):
-        raise SpecError("probe.block", f"block {block} does not exist; choose 0..{len(units) - 1}")
-    return units[block], prefix_of[id(units[block])]
+    if isinstance(units[0], TransformerBlock):
+        candidates = [u.attn if part == "attention" else u.mlp for u in units]
+        prefixes = [f"{prefix_of[id(u)]}.{'attn' if part == 'attention' else 'mlp'}" for u in units]
+    elif any(isinstance(u, Attention) for u in units):  # module level: attention and MLP sub-blocks alternate
+        kind = Attention if part == "attention" else MLPBlock
+        candidates = [u for u in units if isinstance(u, kind)]
+        prefixes = [prefix_of[id(u)] for u in candidates]
+    else:
+        candidates, prefixes = units, [prefix_of[id(u)] for u in units]
+    if not 1 <= block <= len(candidates):
+        raise SpecError("probe.block", f"block {block} does not exist; choose 1..{len(candidates)}")
+    return candidates[block - 1], prefixes[block - 1]
 
 
 @PROBES.register(
@@ -122,8 +120,8 @@ def _sub_block(model, block: int, part: str) -> tuple[torch.nn.Module, str]:
     "condition number of the Jacobian w.r.t. one sub-block's parameters (J_l) and of the attention sub-block's "
     "input Jacobian (K_l), Cutting the Skip Eq. 5-9",
     (
-        Param("block", "int", 0, "which block (0 = first); for Transformers the index of the Transformer block",
-              low=0, high=100_000),
+        Param("block", "int", 1, "which block (1 = first; for Transformers the Transformer block, attention + MLP)",
+              low=1, high=100_000),
         Param("part", "choice", "attention", "the attention or the MLP sub-block (other models: mlp = the whole branch)",
               choices=("attention", "mlp")),
         Param("max_inputs", "int", 2, "inputs stacked into J_l", low=1, high=1024),

@@ -63,7 +63,7 @@ def _grid(model: nn.Module, images: torch.Tensor) -> tuple[int, int]:
 
 
 def pca_maps(model: nn.Module, images: torch.Tensor, blocks: list[int] | None = None) -> dict[str, np.ndarray]:
-    """Patch tokens of the chosen blocks (0 = embedding, L = last block) projected on 3 principal components.
+    """Patch tokens of the chosen blocks (0 = the embedded input, b = after block b, L = last) on 3 principal components.
 
     One scikit-learn PCA per block, fitted across all patch tokens of the batch; each component
     is min-max scaled over the batch to [0, 1] and read as R, G, B.
@@ -75,7 +75,7 @@ def pca_maps(model: nn.Module, images: torch.Tensor, blocks: list[int] | None = 
     chosen = list(range(len(states))) if blocks is None else list(blocks)
     for b in chosen:
         if not 0 <= b < len(states):
-            raise ValueError(f"block {b} does not exist; choose blocks in 0..{len(states) - 1} (0 = embedding)")
+            raise ValueError(f"block {b} does not exist; choose blocks in 0..{len(states) - 1} (0 = the input)")
     gh, gw = _grid(model, images)
     rgb, ratios = [], []
     for b in chosen:
@@ -88,6 +88,14 @@ def pca_maps(model: nn.Module, images: torch.Tensor, blocks: list[int] | None = 
         rgb.append(scaled.reshape(n, gh, gw, 3))
         ratios.append(pca.explained_variance_ratio_)
     return {"rgb": np.stack(rgb), "explained_variance_ratio": np.stack(ratios), "blocks": np.array(chosen)}
+
+
+def display_images(images: torch.Tensor) -> np.ndarray:
+    """(N, C, H, W) images as (N, H, W, 3) RGB in [0, 1]: min-max scaled over the batch, one channel repeated."""
+    x = images.detach().cpu().double()
+    x = (x - x.min()) / (x.max() - x.min()).clamp_min(1e-12)
+    x = x.permute(0, 2, 3, 1)
+    return (x.repeat(1, 1, 1, 3) if x.shape[-1] == 1 else x[..., :3]).numpy()
 
 
 def patch_labels(masks: torch.Tensor, patch: int) -> np.ndarray:
@@ -107,7 +115,7 @@ def mean_iou(predicted: np.ndarray, truth: np.ndarray) -> float:
 
 
 def dense_probe(model: nn.Module, images: torch.Tensor, masks: torch.Tensor, max_iter: int = 300) -> dict[str, np.ndarray]:
-    """Linear probe from each block's patch tokens to the patch labels: mIoU per block (0 = embedding).
+    """Linear probe from each block's patch tokens to the patch labels: mIoU of the input (entry 0) and of blocks 1..L.
 
     The first half of the batch trains a multinomial logistic regression (standardised features),
     the second half is scored. A higher mIoU means the block's tokens separate the objects
@@ -138,16 +146,20 @@ def dense_probe(model: nn.Module, images: torch.Tensor, masks: torch.Tensor, max
     "pca",
     "ViT patch tokens of each block on 3 principal components as RGB maps (Cutting the Skip Fig. 4); with masks, "
     "a dense linear probe's mIoU per block",
-    (Param("block", "int", -1, "the block whose map to draw (0 = embedding, L = last); -1: every block", low=-1,
+    (Param("block", "int", -1, "the block whose map to draw (1 = first, L = last, 0 = the embedded input); -1: the "
+                               "input and every block", low=-1,
            high=100_000),
      Param("max_inputs", "int", 64, "use at most this many images", low=4, high=100_000)),
     tensors={"masks": "per-pixel labels (N, H, W) of the images (the shapes dataset's masks) for the dense probe"},
 )
 def pca(model, inputs, block, max_inputs, masks):
-    """rgb (blocks, images, grid_h, grid_w, 3), explained_variance_ratio (blocks, 3), blocks; miou (L + 1,) with masks."""
+    """rgb (blocks, images, grid_h, grid_w, 3), explained_variance_ratio (blocks, 3), blocks (0 = the input, b =
+    after block b); miou (L + 1,: the input, then blocks 1..L) with masks; images: the first 4 input images as
+    RGB in [0, 1] (N, H, W, 3), min-max scaled over them, so a figure can draw them above their maps."""
     try:
         images = inputs[:max_inputs]
         result = pca_maps(model, images, None if block < 0 else [block])
+        result["images"] = display_images(images[:4])
         if masks is not None:
             result["miou"] = dense_probe(model, images, masks[:max_inputs])["miou"]
     except ValueError as error:

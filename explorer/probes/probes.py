@@ -26,6 +26,23 @@ def stacks(model: nn.Module) -> list[Stack]:
                              "probe a model built by explorer.build")
 
 
+def block_labels(model: nn.Module) -> list[str]:
+    """One label per block of the stack(s), numbered 1..L as the spec counts blocks (explorer.plots' convention).
+
+    A Transformer block is attention + MLP: at module level (skipless, `model.level=module`) the stack holds
+    its two sub-blocks, labelled "block j attn" and "block j mlp"; otherwise "block j". The stages of a
+    resnet-cifar are numbered on from one to the next.
+    """
+    blocks = [getattr(block, "block", block) for stack in stacks(model) for block in stack.blocks]  # through Gated
+    if any(isinstance(block, Attention) for block in blocks):
+        labels, j = [], 0
+        for block in blocks:
+            j += isinstance(block, Attention)
+            labels.append(f"block {j} {'attn' if isinstance(block, Attention) else 'mlp'}")
+        return labels
+    return [f"block {j}" for j in range(1, len(blocks) + 1)]
+
+
 def _weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
     """(name, parameter) of every weight matrix, in the model's order (roles in WEIGHT_ROLES)."""
     found = roles(model)
@@ -131,14 +148,15 @@ def weights(model, inputs, tol):
 @PROBES.register(
     "norms",
     "per block: norm of the stream entering it (relative to block 1's), norm and std of its output (tau Fig. 3, "
-    "IDInit Figs. 15, 19)",
+    "IDInit Figs. 15, 19); labels name the blocks (block j, or block j attn / mlp at module level)",
 )
 def norms(model, inputs):
     """Forward hooks on every block of the stack(s) (all stages of a resnet-cifar).
 
     input_norm[j]: mean over examples of ||x||, x the (flattened) stream entering block j+1;
     relative_input_norm = input_norm / input_norm[0]; output_norm and relative_output_norm: the same for the block's
-    output; output_std: the standard deviation of all entries of the block's output.
+    output; output_std: the standard deviation of all entries of the block's output. labels: `block_labels`
+    (a Transformer at module level has two entries per block, its attention and its MLP).
     """
     blocks = [block for stack in stacks(model) for block in stack.blocks]
     stats = [None] * len(blocks)
@@ -163,7 +181,8 @@ def norms(model, inputs):
     output_norm = torch.stack([s[1] for s in stats])
     return {"input_norm": input_norm, "relative_input_norm": input_norm / input_norm[0],
             "output_norm": output_norm, "relative_output_norm": output_norm / output_norm[0],
-            "output_std": torch.stack([s[2] for s in stats])}
+            "output_std": torch.stack([s[2] for s in stats]),
+            "labels": np.array(block_labels(model), dtype=str)}
 
 
 # --------------------------------------------------------------------------------------
@@ -217,7 +236,8 @@ def dead(model, inputs, task, targets):
 )
 def attention(model, inputs):
     """Forward pre-hooks on the Attention modules compute each layer's map softmax(q k^T / sqrt(d_h))
-    from the stream actually entering it (and its separate key/value inputs under DCA).
+    from the stream actually entering it (and its separate key/value inputs under DCA). There is one attention
+    per Transformer block, so entry l of every array (0-based) is block l + 1's.
 
     kappa: torch.linalg.cond of each T x T map (rank collapse: large); diagonal: mean of the map's
     diagonal (tokens attending to themselves); entropy: mean over rows of -sum p log p (nats).

@@ -1,0 +1,34 @@
+"""The web app's server: `streamlit run app/server.py` serves app/streamlit_app.py, warmed up.
+
+Streamlit runs a page's script only when a browser opens it, so the first visitor of a fresh
+server would wait for torch, pandas and the library to import (about 2 s on an idle 2-core CPU,
+5 s under load) before the first widget appears. This `st.App` imports them in its start-up
+lifespan instead, before the server answers its first request: the server takes those seconds
+to start, and every page paints as soon as its own script has run. `streamlit run
+app/streamlit_app.py` still works, without the warm-up.
+"""
+
+import contextlib
+import importlib
+
+import streamlit as st
+
+# What every page needs: the modules streamlit_app.py imports, and the app's own helpers.
+WARM = ("numpy", "pandas", "plotly.graph_objects", "torch", "explorer", "explorer.papers", "explorer_app.figures",
+        "explorer_app.jobs", "explorer_app.limits", "explorer_app.messages", "explorer_app.spec_form",
+        "explorer_app.state", "explorer_app.uploads")
+
+
+@contextlib.asynccontextmanager
+async def warm_up(app):
+    """Import WARM once, and draw one figure (plotly builds its templates and validators on first use, 0.7 s),
+    before the server answers its first request."""
+    for name in WARM:
+        importlib.import_module(name)
+    from explorer import plots
+
+    plots.loss_curves([{"label": "warm-up", "history": [{"step": 0, "loss": 1.0}]}], title="warm-up").to_json()
+    yield
+
+
+app = st.App("streamlit_app.py", lifespan=warm_up)
