@@ -5,7 +5,6 @@ import signal
 import time
 
 import pytest
-import torch
 
 import explorer
 from explorer.nn.models import parameter_count

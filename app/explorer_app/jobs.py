@@ -200,7 +200,7 @@ class Job:
         from explorer.data.files import allowed_roots
 
         roots = allowed_roots()
-        common = {"threads": self.threads, "env": {k: os.environ[k] for k in SETTINGS if k in os.environ},
+        common = {"threads": self.threads, "env": {k: os.environ.get(k) for k in SETTINGS},
                   "data_roots": None if roots is None else [str(root) for root in roots]}
         if self.kind == "claims":
             return {"kind": "claims", "claims": list(self.claims), "fast": self.fast, **common}

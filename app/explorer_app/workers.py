@@ -69,7 +69,10 @@ def worker_main(conn) -> None:
 
     for module in ("torch", "explorer", "explorer.papers"):  # paid once, before "ready" (papers: claims register)
         importlib.import_module(module)
-    _warm_up()
+    try:
+        _warm_up()
+    except Exception:  # noqa: BLE001  (e.g. a server cap below the default experiment: the jobs will say so)
+        pass
 
     send_lock = threading.Lock()
 
@@ -132,7 +135,11 @@ def _prepare(payload: dict) -> None:
 
     from explorer.data.files import restrict_reads
 
-    os.environ.update(payload.get("env", {}))
+    for name, value in payload.get("env", {}).items():  # None: unset on the server
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     restrict_reads(payload.get("data_roots"))
     torch.set_num_threads(max(1, int(payload.get("threads", 1))))
 
@@ -300,6 +307,7 @@ class WorkerPool:
         self._busy: set[Worker] = set()
         self._starting = 0
         self._closed = False
+        self._failures, self._failure = 0, ""  # workers that failed to start, and why the last one did
 
     def warm(self) -> None:
         """Start workers in the background until `size` exist (returns at once)."""
@@ -314,9 +322,13 @@ class WorkerPool:
         try:
             worker = Worker(self._context)
             worker.wait_ready()
-        except Exception:  # noqa: BLE001  (take() starts another when it needs one)
+        except Exception as error:  # noqa: BLE001  (take() says why)
             worker = None
+            failure = f"a worker process could not start: {error}"
         with self._cond:
+            if worker is None:
+                self._failures += 1
+                self._failure = failure
             self._starting -= 1
             if worker is not None and not self._closed:
                 self._idle.append(worker)
@@ -328,9 +340,12 @@ class WorkerPool:
         """An idle, live worker for one job (started now when none is idle or starting)."""
         deadline = time.monotonic() + timeout
         with self._cond:
+            failures = self._failures
             while True:
                 if self._closed:
                     raise WorkerDied("the worker pool was closed")
+                if self._failures > failures:
+                    raise WorkerDied(self._failure)
                 self._idle = [w for w in self._idle if w.alive]
                 if self._idle:
                     worker = self._idle.pop(0)
