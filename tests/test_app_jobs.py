@@ -14,7 +14,7 @@ SPEC = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 4, "tra
 LONG = SPEC.with_values({"train.steps": 20000})
 
 
-def wait_for(predicate, timeout=30.0):
+def wait_for(predicate, timeout=300.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
         if predicate():

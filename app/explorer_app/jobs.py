@@ -447,7 +447,7 @@ def threads_per_job(max_jobs: int, cores: int | None = None) -> int:
     return max(1, (cores - 1) // max_jobs)
 
 
-def wait(job: Job, timeout: float = 60.0) -> JobView:
+def wait(job: Job, timeout: float = 300.0) -> JobView:
     """Block until the job ends (for tests and scripts); returns its final view."""
     if not job.done.wait(timeout):
         raise TimeoutError(f"job {job.id} still {job.view().status} after {timeout} s")

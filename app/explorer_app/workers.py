@@ -153,11 +153,9 @@ def _train(payload: dict, controls: _Controls, send) -> None:
     send(("threads", torch.get_num_threads()))
     spec = explorer.ExperimentSpec.from_dict(payload["spec"])
     probes = dict(payload.get("probes") or {})
-    for name in payload.get("optional_probes", ()):
-        error = _probe_problem(spec, name)
-        if error is not None:
-            probes.pop(name, None)
-            send(("note", name, error.message))
+    for name, error in _probe_problems(spec, probes, payload.get("optional_probes", ())).items():
+        probes.pop(name, None)
+        send(("note", name, error.message))
     recorder = StoreRecorder(RunStore(payload["store"]), label=payload["label"]) if payload.get("store") else None
     sent_id = [False]
 
@@ -197,17 +195,22 @@ def _train(payload: dict, controls: _Controls, send) -> None:
             recorder.release()
 
 
-def _probe_problem(spec, name: str):
-    """The SpecError a probe raises on the untrained model (two inputs), or None when it applies."""
+def _probe_problems(spec, probes: dict, names) -> dict:
+    """{name: the SpecError probe `name` (with its options) raises on the untrained model}, for the optional
+    probes that do not apply (tried on two validation inputs)."""
     import explorer
     from explorer.probes import validation_tensors
 
+    problems = {}
+    if not names:
+        return problems
     model, data = explorer.build(spec, device="cpu")
-    try:
-        explorer.probe(model, data.x_val[:2], name, **validation_tensors(name, data, 2))
-    except explorer.SpecError as error:
-        return error
-    return None
+    for name in names:
+        try:
+            explorer.probe(model, data.x_val[:2], name, **probes.get(name, {}), **validation_tensors(name, data, 2))
+        except explorer.SpecError as error:
+            problems[name] = error
+    return problems
 
 
 def _send_snapshot(run, controls: _Controls, send) -> None:
