@@ -1,8 +1,9 @@
 """Train: set up an experiment, train it live, and watch its loss, shortcut heatmap and one probe.
 
-The form (sidebar) is generated from the registries and mirrored in the URL. Training runs in a
-background job (explorer_app.jobs); a fragment redraws the live view about three times a second while the
-job is active, so the page and its buttons stay responsive. Every run is saved in the run store.
+The form (sidebar) is generated from the registries and mirrored in the URL. Training runs as a job
+in a worker process (explorer_app.jobs); a fragment redraws the live view about three times a second while
+the job is active, reading only the rows logged since its last call, so the page and its buttons stay
+responsive. Every run is saved in the run store.
 """
 
 import csv
