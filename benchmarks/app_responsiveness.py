@@ -184,10 +184,14 @@ TOY = {"model.depth": 4, "train.steps": 20, "train.log_every": 5}  # the short r
 
 
 def cli_steps_per_s(name: str, changes: dict, threads: int | None) -> float:
-    """`explorer train --preset NAME` in a fresh process: steps / the trainer's wall time (its own figure)."""
-    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    """`explorer train --preset NAME` in a fresh process, recording into a scratch run store as the page does:
+    steps / the trainer's wall time (its own figure)."""
+    import tempfile
+
+    env = {**os.environ, "EXPLORER_HOME": tempfile.mkdtemp(prefix="explorer-cli-"),
+           **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
     sets = [item for key, value in changes.items() for item in ("--set", f"{key}={value}")]
-    done = subprocess.run([sys.executable, "-m", "explorer.cli", "train", "--preset", name, *sets, "--json", "--no-record"],
+    done = subprocess.run([sys.executable, "-m", "explorer.cli", "train", "--preset", name, *sets, "--json"],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
     summary = json.loads(done.stdout)
     return summary["steps"] / summary["wall_time"]
@@ -244,10 +248,12 @@ def run_every_claim(page, base: str, timeout_ms: int = 1_800_000) -> int:
 
     tabs = ["ANCRe", "DCA", "IDInit", "τ stability", "Cutting the Skip"]
     for tab in tabs:
+        key = {"ANCRe": "ancre", "DCA": "dca", "IDInit": "idinit", "τ stability": "tau", "Cutting the Skip": "skipless"}
         page.goto(f"{base}/papers?paper={quote(tab)}")
-        page.locator(".st-key-papers-run-all-" + {"ANCRe": "ancre", "DCA": "dca", "IDInit": "idinit",
-                                                  "τ stability": "tau", "Cutting the Skip": "skipless"}[tab]
-                     + " button").click(timeout=60_000)
+        button = f".st-key-papers-run-all-{key[tab]} button"
+        page.wait_for_function(f"() => document.querySelectorAll('{button}').length === 1 && "
+                               "!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
+        page.locator(button).click(timeout=60_000)
         page.get_by_text("Done:", exact=False).first.wait_for(timeout=timeout_ms)
     return exceptions(page)
 
@@ -302,52 +308,57 @@ def main() -> None:
     args = parser.parse_args()
     spec = explorer.preset(args.preset).with_values({"train.steps": args.steps, "train.log_every": 10})
     load = os.getloadavg()
+    result: dict = {}
+
+    def report(line: str) -> None:  # each figure as soon as it is measured (a later phase may fail or time out)
+        print(line, flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2, default=str))
+
+    print(f"load average at start {load[0]:.2f} ({os.cpu_count()} cores)", flush=True)
     with tempfile.TemporaryDirectory() as tmp, serve(Path(tmp) / "home") as base, browser(Path(tmp) / "profile") as page:
         cold = measure(page, base, spec, think_s=0.0)  # a fresh server, Train clicked as soon as the page is ready
-        result = measure(page, base, spec, think_s=3.0)  # the same server, after 3 s on the page
+        result.update(measure(page, base, spec, think_s=3.0))  # the same server, after 3 s on the page
+        plain_cold, plain_warm = plain_first_loss(spec), plain_first_loss(spec)  # the first call loads the data
+        result.update(preset=args.preset, cold_first_loss_point_s=cold["first_loss_point_s"],
+                      plain_cold_s=plain_cold, plain_warm_s=plain_warm,
+                      cold_vs_plain=cold["first_loss_point_s"] / plain_cold,
+                      warm_vs_plain=result["first_loss_point_s"] / plain_warm)
+        report(f"click Train -> first loss point (targets < 2.5 s fresh, < 1.5 s warm): {cold['first_loss_point_s']:.2f} s "
+               f"clicked at once on a fresh server ({result['cold_vs_plain']:.1f}x plain PyTorch's cold first loss, "
+               f"{plain_cold:.2f} s); {result['first_loss_point_s']:.2f} s after 3 s on the page "
+               f"({result['warm_vs_plain']:.0f}x its warm first loss, {plain_warm * 1000:.0f} ms)")
+        report(f"chart refreshes while one job trains: {result['chart_refreshes_per_s']:.2f}/s; Pause answered in "
+               f"{result['pause_click_answer_s'] or float('nan'):.2f} s (nan: the run ended first); exceptions on "
+               f"page: {result['exceptions'] + cold['exceptions']}")
         if args.screenshot:
             page.screenshot(path=str(args.screenshot))
         if not args.quick:
             other = page.context.new_page()
             result["chart_refreshes_two_jobs_per_s"] = refreshes_while_two_train(page, other, base, spec)
             other.close()
-            speed = {}
+            report(f"chart refreshes while two jobs train: {result['chart_refreshes_two_jobs_per_s']:.2f}/s (target >= 4)")
+            result["speed"] = {}
             for name, changes in SPEED_PRESETS.items():
                 seen = train_on_page(page, base, explorer.preset(name).with_values(changes))
                 cli, cli_1 = cli_steps_per_s(name, changes, None), cli_steps_per_s(name, changes, 1)
-                speed[name] = {**seen, "cli_steps_per_s": cli, "cli_1_thread_steps_per_s": cli_1,
-                               "ratio": seen["page_steps_per_s"] / max(cli, cli_1)}
-            result["speed"] = speed
-            result.update(memory(page, base, args.runs))
+                row = result["speed"][name] = {**seen, "cli_steps_per_s": cli, "cli_1_thread_steps_per_s": cli_1,
+                                               "ratio": seen["page_steps_per_s"] / max(cli, cli_1)}
+                report(f"{name}: page {row['page_steps_per_s']} steps/s, explorer train {cli:.1f} (1 thread: {cli_1:.1f}) "
+                       f"-> {row['ratio']:.2f}x the faster (target >= 0.8); click -> finished "
+                       f"{row['click_to_finished_s']:.1f} s; load {os.getloadavg()[0]:.2f}")
     if not args.quick:
         with tempfile.TemporaryDirectory() as tmp:
             result.update(four_sessions(Path(tmp)))
-    plain_cold, plain_warm = plain_first_loss(spec), plain_first_loss(spec)  # the first call loads the data
-    result.update(preset=args.preset, cold_first_loss_point_s=cold["first_loss_point_s"],
-                  plain_cold_s=plain_cold, plain_warm_s=plain_warm,
-                  cold_vs_plain=cold["first_loss_point_s"] / plain_cold,
-                  warm_vs_plain=result["first_loss_point_s"] / plain_warm, load_average=[load, os.getloadavg()])
-    print(f"load average at start {load[0]:.2f}, at end {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
-    print(f"click Train -> first loss point (targets < 2.5 s fresh, < 1.5 s warm): {cold['first_loss_point_s']:.2f} s "
-          f"clicked at once on a fresh server ({result['cold_vs_plain']:.1f}x plain PyTorch's cold first loss, "
-          f"{plain_cold:.2f} s); {result['first_loss_point_s']:.2f} s after 3 s on the page "
-          f"({result['warm_vs_plain']:.0f}x its warm first loss, {plain_warm * 1000:.0f} ms)")
-    print(f"chart refreshes while training: {result['chart_refreshes_per_s']:.2f}/s; while two jobs train: "
-          f"{result.get('chart_refreshes_two_jobs_per_s', float('nan')):.2f}/s (target >= 4); "
-          f"Pause answered in {result['pause_click_answer_s'] or float('nan'):.2f} s (nan: the run ended first); "
-          f"exceptions on page: {result['exceptions'] + cold['exceptions']}")
-    for name, row in result.get("speed", {}).items():
-        print(f"{name}: page {row['page_steps_per_s']} steps/s, explorer train {row['cli_steps_per_s']:.1f} "
-              f"(1 thread: {row['cli_1_thread_steps_per_s']:.1f}) -> {row['ratio']:.2f}x the faster (target >= 0.8); "
-              f"click -> finished {row['click_to_finished_s']:.1f} s")
-    if "rss_ratio" in result:
-        print(f"server memory: {result['rss_after_first_run_mb']:.0f} MB after the first run, "
-              f"{result['rss_after_runs_mb']:.0f} MB after {result['runs']} more, {result['rss_after_claims_mb']:.0f} MB "
-              f"after every claim: {result['rss_ratio']:.2f}x (target < 1.5)")
-    if "four_sessions" in result:
-        print(f"four tabs, EXPLORER_MAX_JOBS=2: {result['four_sessions']}, exceptions {result['four_sessions_exceptions']}")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2, default=str))
+        report(f"four tabs, EXPLORER_MAX_JOBS=2: {result['four_sessions']}, exceptions {result['four_sessions_exceptions']}")
+        with tempfile.TemporaryDirectory() as tmp, serve(Path(tmp) / "home") as base, \
+                browser(Path(tmp) / "profile") as page:
+            result.update(memory(page, base, args.runs))
+        report(f"server memory: {result['rss_after_first_run_mb']:.0f} MB after the first run, "
+               f"{result['rss_after_runs_mb']:.0f} MB after {result['runs']} more, {result['rss_after_claims_mb']:.0f} MB "
+               f"after every claim: {result['rss_ratio']:.2f}x (target < 1.5)")
+    result["load_average"] = [load, os.getloadavg()]
+    report(f"load average at start {load[0]:.2f}, at end {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
