@@ -100,6 +100,27 @@ def test_a_killed_worker_marks_its_job_error_and_is_replaced(worker_pool):
     assert jobs.wait(queue.submit(SPEC, "after", record=False), timeout=300).status == "finished"
 
 
+def test_a_worker_does_not_run_the_parents_main_script(tmp_path, monkeypatch):
+    """Streamlit sets __main__ to the page's script while it runs: a worker started then must not run it."""
+    import sys
+    import types
+
+    from explorer_app.workers import WorkerPool
+
+    script = tmp_path / "page.py"
+    marker = tmp_path / "ran"
+    script.write_text(f"open({str(marker)!r}, 'w').write('the worker ran the page')\n")
+    page = types.ModuleType("__main__")
+    page.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", page)
+    pool = WorkerPool(1)
+    try:
+        pool.give_back(pool.take())
+    finally:
+        pool.close()
+    assert not marker.exists()
+
+
 def test_a_claims_job_reports_progress_and_each_result(worker_pool):
     queue = jobs.JobQueue(1, pool=worker_pool)
     claims = [("idinit", "chi-at-init"), ("idinit", "no-such-claim")]

@@ -26,8 +26,10 @@ import multiprocessing
 import os
 import pickle
 import queue
+import sys
 import threading
 import time
+import types
 
 READY_TIMEOUT_S = 300.0  # a worker imports torch and explorer before it says ready (seconds on a busy 2-core VM)
 
@@ -240,6 +242,12 @@ def _claims(payload: dict, controls: _Controls, send) -> None:
 
 # ---- the parent side ----------------------------------------------------------------------------
 
+# While Streamlit runs a page it sets sys.modules["__main__"] to that page's script, and a "spawn" child
+# re-runs the parent's __main__ file before its target: a worker started from a page would run the whole app
+# (and start workers of its own). Workers are started with a bare __main__ instead, one at a time.
+_START_LOCK = threading.Lock()
+
+
 class WorkerDied(Exception):
     """The worker process ended while it ran a job."""
 
@@ -250,7 +258,13 @@ class Worker:
     def __init__(self, context):
         self._conn, child = context.Pipe(duplex=True)
         self.process = context.Process(target=worker_main, args=(child,), name="explorer-worker", daemon=True)
-        self.process.start()
+        with _START_LOCK:  # a spawned child first runs the parent's __main__; hide it (see _START_LOCK)
+            main = sys.modules.get("__main__")
+            sys.modules["__main__"] = types.ModuleType("__main__")
+            try:
+                self.process.start()
+            finally:
+                sys.modules["__main__"] = main
         child.close()
         self._send_lock = threading.Lock()
         self.pid = self.process.pid
