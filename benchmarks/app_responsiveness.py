@@ -308,6 +308,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=50, help="runs trained before the memory is read again")
     parser.add_argument("--quick", action="store_true", help="only the responsiveness figures")
     parser.add_argument("--memory-only", action="store_true", help="the responsiveness figures and the memory test")
+    parser.add_argument("--no-memory", action="store_true", help="everything but the memory test")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--screenshot", type=Path)
     args = parser.parse_args()
@@ -356,7 +357,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             result.update(four_sessions(Path(tmp)))
         report(f"four tabs, EXPLORER_MAX_JOBS=2: {result['four_sessions']}, exceptions {result['four_sessions_exceptions']}")
-    if not args.quick:
+    if not args.quick and not args.no_memory:
         with tempfile.TemporaryDirectory() as tmp, serve(Path(tmp) / "home") as base, \
                 browser(Path(tmp) / "profile") as page:
             memory(page, base, args.runs, result, report)
