@@ -5,7 +5,6 @@ Papers (each paper's claims, rerun at CPU scale) and Theory (the closed-form res
 """
 
 import os
-import sys
 from pathlib import Path
 
 # Heavy libraries are imported here, before any page runs: two sessions importing pandas at the same moment
@@ -19,14 +18,10 @@ import torch  # noqa: F401
 
 import explorer  # noqa: F401
 import explorer.papers  # noqa: F401  (the presets and claims the pages list)
-from explorer_app import messages
+from explorer_app import messages, state
 from explorer_app.limits import LimitError, limits, restrict_data_reads
 
 VIEWS = Path(__file__).resolve().parent / "views"  # resolved: st.Page reads a relative path from the script's folder
-# Training threads and the server share one interpreter lock; hand it over every 1 ms instead of Python's
-# default 5 ms, so the live view keeps redrawing while a job trains (measured in the browser on 2 cores:
-# 1.25 -> 2.25-2.75 chart refreshes per second).
-sys.setswitchinterval(0.001)
 
 st.set_page_config(page_title="Residual Explorer", page_icon=":material/account_tree:", layout="wide")
 
@@ -51,3 +46,4 @@ try:
 except Exception as error:  # the page's own bug or a broken file: a one-line message, never a traceback
     st.error(f"This page stopped on an unexpected error: {messages.failure(error)}. Reload the page; if it comes "
              "back, tell whoever runs this server.", icon=":material/error:")
+state.job_queue().warm()  # after the first page is drawn: start the worker processes (no-op once started)

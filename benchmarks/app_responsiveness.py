@@ -1,19 +1,26 @@
-"""App responsiveness in a real browser: click Train -> first loss point, chart refreshes per second while
-training, and how fast a click (Pause) answers during training.
+"""The app in a real browser: responsiveness, training speed against the command line, memory, many sessions.
 
-Starts `streamlit run app/server.py` (the app, warmed up) on a loopback port, drives Debian's Chromium with Playwright,
-and compares the time to the first loss point with a plain PyTorch reference measured in the same run
-(build the same model and data and compute the first loss in-process: the floor any UI adds to).
-Targets (issue 8): first loss point < 2 s for the MLP presets on CPU; >= 2 chart refreshes per second.
+Starts `streamlit run app/server.py` (the app, warmed up, as the README starts it) on a loopback port, drives
+Debian's Chromium with Playwright, and reports, all measured in the same run:
+- click Train -> first loss point on a fresh server (clicked as soon as the page is ready) and after 3 s on
+  the page, against plain PyTorch's first loss in-process; chart refreshes per second while one job and
+  while two jobs train (two tabs); how fast a Pause click answers (issue 8, issue 17);
+- Train-page steps/s (the figure the page shows) against `explorer train` steps/s for the same presets
+  (issue 17 target: >= 0.8x), with the command line at its default threads and at 1 thread;
+- the server's resident memory after its first run, then after N more runs and every paper's claims
+  (fast mode) run once from the Papers page (issue 17 target: < 1.5x);
+- four tabs training at once on a server with EXPLORER_MAX_JOBS=2: two train, two wait with their place.
 
-    python benchmarks/app_responsiveness.py [--preset NAME] [--json OUT] [--screenshot PNG]
+    python benchmarks/app_responsiveness.py [--runs 50] [--json OUT] [--screenshot PNG] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -48,17 +55,26 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Server(str):
+    """The app's base URL, with the server's process id (`pid`) for reading its memory."""
+
+    pid: int
+
+
 @contextlib.contextmanager
-def serve(home: str | os.PathLike, port: int | None = None, timeout: float = 60.0, entry: str = "server.py"):
-    """Run the app on 127.0.0.1:PORT (its own EXPLORER_HOME) until the block ends; yields the base URL.
-    `entry`: app/server.py (warmed up, as the README starts it) or app/streamlit_app.py (imports at first visit)."""
+def serve(home: str | os.PathLike, port: int | None = None, timeout: float = 60.0, env: dict | None = None,
+          entry: str = "server.py"):
+    """Run the app on 127.0.0.1:PORT (its own EXPLORER_HOME, `env` added) until the block ends; yields its
+    base URL (a Server: a str with the server's pid). `entry`: app/server.py (warmed up, as the README starts
+    it) or app/streamlit_app.py (imports at first visit)."""
     port = port or free_port()
-    env = {**os.environ, "EXPLORER_HOME": str(home)}
+    env = {**os.environ, "EXPLORER_HOME": str(home), **(env or {})}
     server = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / entry), "--server.headless", "true",
          "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    url = Server(f"http://127.0.0.1:{port}")
+    url.pid = server.pid
     with running(server, f"{url}/_stcore/health", timeout, "the app"):
         yield url
 
@@ -165,36 +181,190 @@ def plain_first_loss(spec: explorer.ExperimentSpec) -> float:
     return time.perf_counter() - start
 
 
+SPEED_PRESETS = {"ancre-fig2b-ancre": {}, "tau-fig1-1/sqrt(L)": {}, "skip-table1-skip": {"train.steps": 60}}
+TOY = {"model.depth": 4, "train.steps": 20, "train.log_every": 5}  # the short runs of the memory test
+
+
+def cli_steps_per_s(name: str, changes: dict, threads: int | None) -> float:
+    """`explorer train --preset NAME` in a fresh process, recording into a scratch run store as the page does:
+    steps / the trainer's wall time (its own figure)."""
+    import tempfile
+
+    env = {**os.environ, "EXPLORER_HOME": tempfile.mkdtemp(prefix="explorer-cli-"),
+           **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    sets = [item for key, value in changes.items() for item in ("--set", f"{key}={value}")]
+    done = subprocess.run([sys.executable, "-m", "explorer.cli", "train", "--preset", name, *sets, "--json"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
+    summary = json.loads(done.stdout)
+    return summary["steps"] / summary["wall_time"]
+
+
+def progress_text(page) -> str:
+    bars = page.locator('[data-testid="stProgress"]')
+    return bars.first.inner_text() if bars.count() else ""
+
+
+def train_on_page(page, base: str, spec, timeout_ms: int = 900_000) -> dict:
+    """Click Train for `spec` and wait until it finished: the steps/s the page shows, click -> finished."""
+    page.goto(train_page_url(base, spec))
+    wait_ready(page)
+    start = time.perf_counter()
+    page.locator(".st-key-train-start button").click()
+    page.get_by_text("Finished", exact=False).first.wait_for(timeout=timeout_ms)
+    took = time.perf_counter() - start
+    shown = re.search(r"([0-9.]+) steps/s", progress_text(page))
+    return {"page_steps_per_s": float(shown.group(1)) if shown else None, "click_to_finished_s": took,
+            "exceptions": exceptions(page)}
+
+
+def refreshes_while_two_train(page, other, base: str, spec, sample_s: float = 4.0) -> float:
+    """Chart refreshes per second on `page` while its run and another tab's run train at once."""
+    for tab in (other, page):
+        tab.goto(train_page_url(base, spec))
+        wait_ready(tab)
+        tab.locator(".st-key-train-start button").click()
+    page.wait_for_function(f"() => ({LOSS_POINTS})() > 0", timeout=120_000, polling=20)
+    changes, last, t0 = 0, page.evaluate(LOSS_POINTS), time.perf_counter()
+    while time.perf_counter() - t0 < sample_s:
+        now = page.evaluate(LOSS_POINTS)
+        if now != last:
+            changes, last = changes + 1, now
+        time.sleep(0.02)
+    rate = changes / (time.perf_counter() - t0)
+    for tab in (page, other):
+        tab.locator(".st-key-train-stop button").click()
+    return rate
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of process `pid` (the Streamlit server; its workers are other processes)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def run_every_claim(page, base: str, timeout_ms: int = 1_800_000) -> int:
+    """Run all claims of every paper (fast mode) from the Papers page, one tab after another."""
+    from urllib.parse import quote
+
+    tabs = ["ANCRe", "DCA", "IDInit", "τ stability", "Cutting the Skip"]
+    for tab in tabs:
+        key = {"ANCRe": "ancre", "DCA": "dca", "IDInit": "idinit", "τ stability": "tau", "Cutting the Skip": "skipless"}
+        page.goto(f"{base}/papers?paper={quote(tab)}")
+        button = f".st-key-papers-run-all-{key[tab]} button"
+        page.wait_for_function(f"() => document.querySelectorAll('{button}').length >= 1 && "
+                               "!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
+        page.locator(button).first.click(timeout=60_000)
+        page.get_by_text("Done:", exact=False).first.wait_for(timeout=timeout_ms)
+    return exceptions(page)
+
+
+def memory(page, base: Server, runs: int, result: dict, report) -> None:
+    """The server's memory after its first run, after `runs` more and after every claim (into `result`)."""
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values(TOY)
+    train_on_page(page, base, spec)
+    first = result["rss_after_first_run_mb"] = rss_mb(base.pid)
+    for _ in range(runs):
+        train_on_page(page, base, spec)
+    after = result["rss_after_runs_mb"] = rss_mb(base.pid)
+    result["runs"] = runs
+    report(f"server memory: {first:.0f} MB after the first run, {after:.0f} MB after {runs} more: "
+           f"{after / first:.2f}x (target < 1.5 with the claims below)")
+    result["claim_page_exceptions"] = run_every_claim(page, base)
+    time.sleep(2)
+    last = result["rss_after_claims_mb"] = rss_mb(base.pid)
+    result["rss_ratio"] = last / first
+    report(f"server memory after every claim too: {last:.0f} MB, {last / first:.2f}x the first run's (target < 1.5)")
+
+
+def four_sessions(root: Path) -> dict:
+    """Four tabs (four sessions) click Train on a server with EXPLORER_MAX_JOBS=2."""
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"train.steps": 20000, "train.log_every": 10})
+    with serve(root / "home4", env={"EXPLORER_MAX_JOBS": "2"}) as base, browser(root / "profile4") as page:
+        tabs = [page] + [page.context.new_page() for _ in range(3)]
+        for tab in tabs:
+            tab.goto(train_page_url(base, spec))
+            wait_ready(tab)
+        for tab in tabs:
+            tab.locator(".st-key-train-start button").click()
+            time.sleep(0.5)
+        time.sleep(8)
+        states = []
+        for tab in tabs:
+            text = tab.locator("body").inner_text()
+            place = re.search(r"number (\d+) in line", text)
+            states.append("queued #" + place.group(1) if place else "running" if "· running" in text else "other")
+        errors = sum(exceptions(tab) for tab in tabs)
+        for tab in tabs:
+            tab.locator(".st-key-train-stop button").click()
+    return {"four_sessions": states, "four_sessions_exceptions": errors}
+
+
 def main() -> None:
-    import json
     import tempfile
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default=PRESET)
     parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--runs", type=int, default=50, help="runs trained before the memory is read again")
+    parser.add_argument("--quick", action="store_true", help="only the responsiveness figures")
+    parser.add_argument("--memory-only", action="store_true", help="the responsiveness figures and the memory test")
+    parser.add_argument("--no-memory", action="store_true", help="everything but the memory test")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--screenshot", type=Path)
     args = parser.parse_args()
     spec = explorer.preset(args.preset).with_values({"train.steps": args.steps, "train.log_every": 10})
+    load = os.getloadavg()
+    result: dict = {}
+
+    def report(line: str) -> None:  # each figure as soon as it is measured (a later phase may fail or time out)
+        print(line, flush=True)
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=2, default=str))
+
+    print(f"load average at start {load[0]:.2f} ({os.cpu_count()} cores)", flush=True)
     with tempfile.TemporaryDirectory() as tmp, serve(Path(tmp) / "home") as base, browser(Path(tmp) / "profile") as page:
         cold = measure(page, base, spec, think_s=0.0)  # a fresh server, Train clicked as soon as the page is ready
-        result = measure(page, base, spec, think_s=3.0)  # the same server, after 3 s on the page
+        result.update(measure(page, base, spec, think_s=3.0))  # the same server, after 3 s on the page
+        plain_cold, plain_warm = plain_first_loss(spec), plain_first_loss(spec)  # the first call loads the data
+        result.update(preset=args.preset, cold_first_loss_point_s=cold["first_loss_point_s"],
+                      plain_cold_s=plain_cold, plain_warm_s=plain_warm,
+                      cold_vs_plain=cold["first_loss_point_s"] / plain_cold,
+                      warm_vs_plain=result["first_loss_point_s"] / plain_warm)
+        report(f"click Train -> first loss point (targets < 2.5 s fresh, < 1.5 s warm): {cold['first_loss_point_s']:.2f} s "
+               f"clicked at once on a fresh server ({result['cold_vs_plain']:.1f}x plain PyTorch's cold first loss, "
+               f"{plain_cold:.2f} s); {result['first_loss_point_s']:.2f} s after 3 s on the page "
+               f"({result['warm_vs_plain']:.0f}x its warm first loss, {plain_warm * 1000:.0f} ms)")
+        report(f"chart refreshes while one job trains: {result['chart_refreshes_per_s']:.2f}/s; Pause answered in "
+               f"{result['pause_click_answer_s'] or float('nan'):.2f} s (nan: the run ended first); exceptions on "
+               f"page: {result['exceptions'] + cold['exceptions']}")
         if args.screenshot:
             page.screenshot(path=str(args.screenshot))
-    plain_cold, plain_warm = plain_first_loss(spec), plain_first_loss(spec)  # the first call loads the data
-    result.update(preset=args.preset, cold_first_loss_point_s=cold["first_loss_point_s"],
-                  plain_cold_s=plain_cold, plain_warm_s=plain_warm,
-                  cold_vs_plain=cold["first_loss_point_s"] / plain_cold,
-                  warm_vs_plain=result["first_loss_point_s"] / plain_warm)
-    print(f"click Train -> first loss point (target < 2 s): {cold['first_loss_point_s']:.2f} s clicked at once on a "
-          f"fresh server ({result['cold_vs_plain']:.1f}x plain PyTorch's cold first loss, {plain_cold:.2f} s); "
-          f"{result['first_loss_point_s']:.2f} s after 3 s on the page ({result['warm_vs_plain']:.0f}x its warm "
-          f"first loss, {plain_warm * 1000:.0f} ms)")
-    print(f"chart refreshes while training: {result['chart_refreshes_per_s']:.2f}/s (target >= 2); "
-          f"Pause answered in {result['pause_click_answer_s'] or float('nan'):.2f} s (nan: the run ended first); "
-          f"exceptions on page: {result['exceptions'] + cold['exceptions']}")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+        if not args.quick and not args.memory_only:
+            other = page.context.new_page()
+            result["chart_refreshes_two_jobs_per_s"] = refreshes_while_two_train(page, other, base, spec)
+            other.close()
+            report(f"chart refreshes while two jobs train: {result['chart_refreshes_two_jobs_per_s']:.2f}/s (target >= 4)")
+            result["speed"] = {}
+            for name, changes in SPEED_PRESETS.items():
+                seen = train_on_page(page, base, explorer.preset(name).with_values(changes))
+                cli, cli_1 = cli_steps_per_s(name, changes, None), cli_steps_per_s(name, changes, 1)
+                row = result["speed"][name] = {**seen, "cli_steps_per_s": cli, "cli_1_thread_steps_per_s": cli_1,
+                                               "ratio": seen["page_steps_per_s"] / max(cli, cli_1)}
+                report(f"{name}: page {row['page_steps_per_s']} steps/s, explorer train {cli:.1f} (1 thread: {cli_1:.1f}) "
+                       f"-> {row['ratio']:.2f}x the faster (target >= 0.8); click -> finished "
+                       f"{row['click_to_finished_s']:.1f} s; load {os.getloadavg()[0]:.2f}")
+    if not args.quick and not args.memory_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            result.update(four_sessions(Path(tmp)))
+        report(f"four tabs, EXPLORER_MAX_JOBS=2: {result['four_sessions']}, exceptions {result['four_sessions_exceptions']}")
+    if not args.quick and not args.no_memory:
+        with tempfile.TemporaryDirectory() as tmp, serve(Path(tmp) / "home") as base, \
+                browser(Path(tmp) / "profile") as page:
+            memory(page, base, args.runs, result, report)
+    result["load_average"] = [load, os.getloadavg()]
+    report(f"load average at start {load[0]:.2f}, at end {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,17 @@ def explorer_home(tmp_path_factory, monkeypatch):
     restrict_reads(None)  # an app test (AppTest runs the server's script in this process) restricts reads
 
 
+@pytest.fixture(scope="session")
+def worker_pool():
+    """Two warm worker processes shared by the job tests (each importing torch costs seconds)."""
+    from explorer_app.workers import WorkerPool
+
+    pool = WorkerPool(2)
+    pool.warm()
+    yield pool
+    pool.close()
+
+
 @pytest.fixture
 def no_network(monkeypatch):
     """Any attempt to open a connection or resolve a host fails the test."""

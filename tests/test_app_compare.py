@@ -38,7 +38,7 @@ def set_up_grid(at, topologies: list[str], steps: int = 20):
     return at.run()
 
 
-def wait_for_grid(at, timeout: float = 60.0):
+def wait_for_grid(at, timeout: float = 300.0):
     deadline = time.time() + timeout
     while any(job.view().active for job in at.session_state["compare-grid"]["jobs"]):
         assert time.time() < deadline, "the grid did not finish in time"

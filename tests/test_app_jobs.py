@@ -1,18 +1,20 @@
-"""The app's background jobs, server limits and upload rules (no Streamlit needed)."""
+"""The app's background jobs (in worker processes), server limits and upload rules (no Streamlit needed)."""
 
+import os
+import signal
 import time
 
 import pytest
-import torch
 
 import explorer
 from explorer.nn.models import parameter_count
 from explorer_app import jobs, limits
 
 SPEC = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 4, "train.steps": 40, "train.log_every": 5})
+LONG = SPEC.with_values({"train.steps": 20000})
 
 
-def wait_for(predicate, timeout=30.0):
+def wait_for(predicate, timeout=300.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
         if predicate():
@@ -21,19 +23,24 @@ def wait_for(predicate, timeout=30.0):
     raise AssertionError("condition not reached in time")
 
 
-def test_a_job_trains_records_and_matches_a_plain_run():
-    queue = jobs.JobQueue(1, store=explorer.RunStore())
+def test_a_job_trains_in_a_worker_records_and_matches_a_plain_run(worker_pool):
+    queue = jobs.JobQueue(1, store=explorer.RunStore(), pool=worker_pool)
     job = queue.submit(SPEC, "a", probes={"coefficients": {}}, probe_every=10)
     view = jobs.wait(job)
     plain = explorer.train(SPEC)
     assert view.status == "finished" and view.steps_done == 40
+    assert job.worker_pid != os.getpid() and job.worker_pid in worker_pool.pids()  # trained elsewhere, worker kept
     assert [row["loss"] for row in view.history] == [row["loss"] for row in plain.history]
     assert view.probe_step == 40 and set(view.probes) == {"coefficients"}
     assert explorer.RunStore().get(view.run_id)["status"] == "finished"
+    tail = job.view(since=3)  # a reader that has the first 3 rows gets only the others
+    assert tail.history == view.history[3:] and (tail.history_from, tail.history_length) == (3, len(view.history))
+    step, state = job.model_state()  # an ended run's weights come from the store
+    assert step == 40 and set(state) == set(explorer.build(SPEC)[0].state_dict())
 
 
-def test_the_queue_runs_at_most_max_jobs_in_submission_order():
-    queue = jobs.JobQueue(1)
+def test_the_queue_runs_at_most_max_jobs_in_submission_order(worker_pool):
+    queue = jobs.JobQueue(1, pool=worker_pool)
     first = queue.submit(SPEC, "first", record=False)
     first.pause()
     wait_for(lambda: first.view().status == "paused")
@@ -49,8 +56,8 @@ def test_the_queue_runs_at_most_max_jobs_in_submission_order():
     assert jobs.wait(first).status == "finished" and jobs.wait(second).status == "finished"
 
 
-def test_pause_step_and_stop_act_at_logged_steps():
-    job = jobs.JobQueue(1).submit(SPEC, "p", record=False)
+def test_pause_step_and_stop_act_at_logged_steps(worker_pool):
+    job = jobs.JobQueue(1, pool=worker_pool).submit(SPEC, "p", record=False)
     job.pause()
     wait_for(lambda: job.view().status == "paused" and job.view().history)
     held = job.view().steps_done
@@ -65,13 +72,69 @@ def test_pause_step_and_stop_act_at_logged_steps():
     assert view.status == "stopped" and view.steps_done == held + 5
 
 
-def test_a_failing_run_is_an_error_message_not_a_crash(monkeypatch):
-    def broken(*args, **kwargs):
-        raise RuntimeError("out of memory")
+def test_a_failing_run_is_an_error_message_not_a_crash(worker_pool, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("hello world, " * 1000)
+    spec = explorer.ExperimentSpec.default().with_values(
+        {"data.name": "text", "data.path": str(corpus), "model.name": "gpt", "train.steps": 5, "train.log_every": 5})
+    queue = jobs.JobQueue(1, pool=worker_pool)
+    blocker = queue.submit(LONG, "blocker", record=False)
+    job = queue.submit(spec, "x")
+    corpus.unlink()  # gone before the job's turn: the worker fails to read it
+    blocker.stop()
+    view = jobs.wait(job)
+    assert view.status == "error" and "corpus.txt" in view.error
+    assert jobs.wait(queue.submit(SPEC, "next", record=False)).status == "finished"  # the worker goes on
 
-    monkeypatch.setattr(explorer, "train", broken)
-    view = jobs.wait(jobs.JobQueue(1).submit(SPEC, "x", record=False))
-    assert view.status == "error" and view.error == "RuntimeError: out of memory"
+
+def test_a_killed_worker_marks_its_job_error_and_is_replaced(worker_pool):
+    queue = jobs.JobQueue(1, store=explorer.RunStore(), pool=worker_pool)
+    job = queue.submit(LONG, "doomed")
+    wait_for(lambda: job.view().history and job.run_id)
+    os.kill(job.worker_pid, signal.SIGKILL)
+    view = jobs.wait(job)
+    assert view.status == "error" and view.error == "the worker process died: exit code -9"
+    assert explorer.RunStore().get(view.run_id, arrays=False)["status"] == "error"
+    wait_for(lambda: len(worker_pool.pids()) >= 2, timeout=300)  # a fresh worker took its place
+    assert job.worker_pid not in worker_pool.pids()
+    assert jobs.wait(queue.submit(SPEC, "after", record=False), timeout=300).status == "finished"
+
+
+def test_a_worker_does_not_run_the_parents_main_script(tmp_path, monkeypatch):
+    """Streamlit sets __main__ to the page's script while it runs: a worker started then must not run it."""
+    import sys
+    import types
+
+    from explorer_app.workers import WorkerPool
+
+    script = tmp_path / "page.py"
+    marker = tmp_path / "ran"
+    script.write_text(f"open({str(marker)!r}, 'w').write('the worker ran the page')\n")
+    page = types.ModuleType("__main__")
+    page.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", page)
+    pool = WorkerPool(1)
+    try:
+        pool.give_back(pool.take())
+    finally:
+        pool.close()
+    assert not marker.exists()
+
+
+def test_a_claims_job_reports_progress_and_each_result(worker_pool):
+    queue = jobs.JobQueue(1, pool=worker_pool)
+    claims = [("idinit", "chi-at-init"), ("idinit", "no-such-claim")]
+    job = queue.submit_claims(claims, fast=True, label="claims")
+    seen = set()
+    while job.active:
+        view = job.view()
+        seen.add((view.steps_done, view.current))
+        time.sleep(0.02)
+    view = job.view()
+    assert view.kind == "claims" and view.total_steps == 2
+    assert ("idinit", "chi-at-init") in view.results and view.results["idinit", "chi-at-init"]["verdict"] != "error"
+    assert view.status == "error" and "no-such-claim" in view.error  # the unknown one: a message, not a crash
+    assert view.steps_done == 1 and (0, "chi-at-init") in seen
 
 
 def test_limits_come_from_the_environment(monkeypatch):
@@ -126,13 +189,10 @@ def test_data_files_are_read_only_from_the_data_folders(tmp_path, monkeypatch):
     assert explorer.build(spec, device="cpu")[1].n_train > 0
 
 
-def test_jobs_share_the_cores_without_oversubscribing(monkeypatch):
+def test_jobs_share_the_cores_without_oversubscribing(worker_pool):
     assert [jobs.threads_per_job(max_jobs, cores=8) for max_jobs in (1, 2, 3, 8)] == [7, 3, 2, 1]
     assert jobs.threads_per_job(2, cores=2) == 1 and jobs.threads_per_job(1, cores=1) == 1
-    seen = []
-    train = explorer.train
-    monkeypatch.setattr(explorer, "train", lambda *a, **k: (seen.append(torch.get_num_threads()), train(*a, **k))[1])
-    queue = jobs.JobQueue(1)
+    queue = jobs.JobQueue(1, pool=worker_pool)
     queue.threads = 3
-    assert jobs.wait(queue.submit(SPEC.with_values({"train.steps": 5}), "t", record=False)).status == "finished"
-    assert seen == [3]
+    job = queue.submit(SPEC.with_values({"train.steps": 5}), "t", record=False)
+    assert jobs.wait(job).status == "finished" and job.worker_threads == 3

@@ -1,7 +1,6 @@
 """The Papers page: each paper's section with its equations, claims rerun with the verdict `Claim.run` gives,
 errors shown without a traceback, results cached server-wide, and presets opened in the Train page."""
 
-import dataclasses
 import re
 
 import pytest
@@ -9,8 +8,7 @@ import streamlit as st
 
 import explorer
 from explorer import plots
-from explorer.papers import claims as claims_module
-from explorer.papers.claims import Decision, Verdict, claims
+from explorer.papers.claims import claims
 from explorer_app import state
 from explorer_app.messages import escape
 
@@ -24,10 +22,22 @@ FAST_CLAIM = ("idinit", "chi-at-init")  # about 0.2 s warm, 3 s cold (fast mode;
 
 @pytest.fixture(autouse=True)
 def fresh_claim_cache():
-    """Claim results are cached server-wide (st.cache_data): each test starts and ends without them."""
-    st.cache_data.clear()
+    """Claim results are cached server-wide (state.claim_rows): each test starts and ends without them."""
+    state.claim_rows().clear()
     yield
-    st.cache_data.clear()
+    state.claim_rows().clear()
+
+
+def last_job():
+    """The newest job of the server's queue (the page may already have collected a fast one)."""
+    return state.job_queue().jobs()[-1]
+
+
+def finish_claims(at, timeout: float = 300.0):
+    """Wait for the session's claims job (a worker runs it), then rerun the page as its fragment would."""
+    for job in state.job_queue().jobs():
+        assert job.done.wait(timeout)
+    return at.run()
 
 
 def badges(at) -> list[str]:
@@ -84,6 +94,9 @@ def test_run_this_claim_shows_the_verdict_and_numbers_claim_run_gives(open_page)
     expected = claim_of(paper, claim_id).run(fast=True)
     at = open_page("papers", query={"paper": TABS[paper]})
     at.button(key=f"papers-run-{paper}-{claim_id}").click().run()
+    job = last_job()
+    assert job.kind == "claims" and job.claims == (FAST_CLAIM,)  # a job of the server's queue, not the script
+    finish_claims(at)
     assert not at.exception
     assert verdicts_shown(at) == [BADGES[expected["verdict"]]]
     [badge] = badges(at)
@@ -98,42 +111,34 @@ def test_run_this_claim_shows_the_verdict_and_numbers_claim_run_gives(open_page)
     assert badges(at) == [badge]
 
 
-def test_run_all_reports_every_claim_holds_a_job_slot_and_shows_errors_without_traceback(open_page, monkeypatch):
+def test_run_all_reports_every_claim_in_a_job_and_shows_errors_without_traceback(open_page, monkeypatch):
+    """Run all: one claims job runs them in a worker; an error (here the server's model-memory cap, which the
+    worker takes from the server with the job) is shown as text without the traceback and is not cached."""
     paper = "idinit"
-    calls, slots_in_use = {}, []
-
-    def fake(claim_id, verdict):
-        def check(mode):
-            calls[claim_id] = calls.get(claim_id, 0) + 1
-            slots_in_use.append(state.job_queue().counts()[0])
-            if verdict is None:
-                raise RuntimeError("the check broke")
-            return Verdict(Decision(verdict, "a rule", "a reason"), {"value": [1.5]}, "ours: 1", "a set-up",
-                           {"other": 2.0}, "a note")
-        return check
-
-    outcomes = ["holds", "does-not-hold", None, "inconclusive"] + ["holds"] * (len(claims(paper)) - 4)
-    for claim, holds in zip(claims(paper), outcomes):
-        monkeypatch.setitem(claims_module.CLAIMS, f"{paper}/{claim.id}",
-                            dataclasses.replace(claim, check=fake(claim.id, holds)))
+    monkeypatch.setenv("EXPLORER_MAX_MODEL_MB", "1")  # two idinit claims fit, three build larger models
     ids = [c.id for c in claims(paper)]
-
     at = open_page("papers", query={"paper": TABS[paper]})
     at.button(key=f"papers-run-all-{paper}").click().run()
+    job = last_job()
+    assert job.claims == tuple((paper, i) for i in ids)
+    finish_claims(at)
     assert not at.exception
-    assert verdicts_shown(at) == [BADGES["holds"], BADGES["does-not-hold"], BADGES["error"], BADGES["inconclusive"]] \
-        + [BADGES["holds"]] * (len(ids) - 4)
-    assert [b.split("[")[0] for b in badges(at)][:4] == [":green-badge", ":red-badge", ":gray-badge", ":violet-badge"]
-    [error] = at.error
-    assert error.value.replace("\\", "") == "RuntimeError: the check broke" and "Traceback" not in error.value  # escaped text
+    shown = verdicts_shown(at)
+    assert len(shown) == len(ids) and shown.count(BADGES["error"]) == 3, (shown, [e.value for e in at.error])
+    errors = [e.value.replace("\\", "") for e in at.error]
+    assert len(errors) == 3 and all("EXPLORER_MAX_MODEL_MB" in e and "Traceback" not in e for e in errors)
     assert at.get("progress")[0].proto.value == 100
     assert f"Done: {len(ids)} claims" in at.get("progress")[0].proto.text
-    assert slots_in_use and all(n >= 1 for n in slots_in_use)  # each check ran inside a job-queue slot
 
-    # A second click: the results come from the server-wide cache, except the error, which is not cached.
-    at.button(key=f"papers-run-{paper}-{ids[0]}").click().run()
-    at.button(key=f"papers-run-{paper}-{ids[2]}").click().run()
-    assert calls[ids[0]] == 1 and calls[ids[2]] == 2
+    # A second click: a result comes from the server-wide cache, except an error, which is not cached.
+    first_ok = ids[shown.index(BADGES["holds"])]
+    first_error = ids[shown.index(BADGES["error"])]
+    at.button(key=f"papers-run-{paper}-{first_ok}").click().run()
+    assert last_job() is job  # nothing to run
+    at.button(key=f"papers-run-{paper}-{first_error}").click().run()
+    assert last_job().claims == ((paper, first_error),)
+    finish_claims(at)
+    assert not at.exception
 
 
 def test_open_in_train_switches_to_the_train_page_with_the_preset(open_page, monkeypatch):

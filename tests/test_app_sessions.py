@@ -13,8 +13,8 @@ from test_app_jobs import wait_for
 LONG = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 4, "train.steps": 20000, "train.log_every": 5})
 
 
-def test_a_session_has_at_most_its_share_of_active_jobs():
-    queue = jobs.JobQueue(1, max_per_session=2)
+def test_a_session_has_at_most_its_share_of_active_jobs(worker_pool):
+    queue = jobs.JobQueue(1, max_per_session=2, pool=worker_pool)
     mine = [queue.submit(LONG, f"a{i}", record=False, session="a") for i in range(2)]
     with pytest.raises(jobs.SessionLimit, match="EXPLORER_MAX_JOBS_PER_SESSION"):
         queue.submit(LONG, "a2", record=False, session="a")
@@ -27,9 +27,9 @@ def test_a_session_has_at_most_its_share_of_active_jobs():
         jobs.wait(job)
 
 
-def test_the_jobs_of_a_session_that_ended_stop_after_the_grace_period():
+def test_the_jobs_of_a_session_that_ended_stop_after_the_grace_period(worker_pool):
     connected = {"gone": True, "here": True}
-    queue = jobs.JobQueue(1, alive=lambda session: connected[session], grace_s=1000, reap_every=None)  # reaped by hand below
+    queue = jobs.JobQueue(1, alive=lambda session: connected[session], grace_s=1000, reap_every=None, pool=worker_pool)  # reaped by hand below
     orphan = queue.submit(LONG, "orphan", record=False, session="gone")
     waiting = queue.submit(LONG.with_values({"train.steps": 20}), "waiting", record=False, session="here")
     wait_for(lambda: orphan.view().status == "running")
@@ -43,9 +43,9 @@ def test_the_jobs_of_a_session_that_ended_stop_after_the_grace_period():
     assert orphan in queue.jobs() and queue.active_jobs() == []
 
 
-def test_a_session_that_comes_back_within_the_grace_period_keeps_its_job():
+def test_a_session_that_comes_back_within_the_grace_period_keeps_its_job(worker_pool):
     connected = {"tab": False}
-    queue = jobs.JobQueue(1, alive=lambda session: connected[session], grace_s=1000, reap_every=None)
+    queue = jobs.JobQueue(1, alive=lambda session: connected[session], grace_s=1000, reap_every=None, pool=worker_pool)
     job = queue.submit(LONG, "flaky", record=False, session="tab")
     now = time.monotonic()
     queue.reap(now)

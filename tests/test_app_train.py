@@ -25,7 +25,7 @@ def spec_of(at) -> explorer.ExperimentSpec:
     return explorer.ExperimentSpec.from_query({key: at.query_params[key] for key in at.query_params})
 
 
-def train_until_done(at, timeout: float = 90.0):
+def train_until_done(at, timeout: float = 300.0):
     at.button(key="train-start").click().run()
     deadline = time.time() + timeout
     while time.time() < deadline:

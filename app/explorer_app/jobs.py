@@ -1,35 +1,37 @@
-"""Training jobs that run off the Streamlit script thread, shared by every browser session.
+"""Training jobs and paper claims, run in worker processes and shared by every browser session.
 
-One `JobQueue` per server (the app keeps it in `st.cache_resource`) runs at most `max_jobs`
-trainings at once; later ones wait in submission order. Jobs belong to the browser session that
-submitted them: a session may have at most `max_per_session` active jobs, and the queue's reaper
-stops a session's jobs `grace_s` seconds after the session ends (its tab closed), so an orphan does not
-hold a slot others wait for. `jobs()` lists every job for an operator, who may stop any. A `Job` is one run: a thread calls
-`explorer.train` with two listeners, a `StoreRecorder` that saves the run in the run store and
-the job's own, which copies each logged row and live probe result into the job under a lock.
-The page reads `Job.view()` from a fragment that reruns a few times a second, so the page stays
-usable while the run trains. Pause, Step and Stop act at logged steps (every `train.log_every`).
+One `JobQueue` per server (the app keeps it in `st.cache_resource`) runs at most `max_jobs` jobs at once;
+later ones wait in submission order. Each running job is handed to a pre-started worker process
+(explorer_app.workers), so training never holds the server's interpreter: the Streamlit server only
+relays events. Jobs belong to the browser session that submitted them: a session may have at most
+`max_per_session` active jobs, and the queue's reaper stops a session's jobs `grace_s` seconds after the
+session ends (its tab closed), so an orphan does not hold a slot others wait for. `jobs()` lists every job
+for an operator, who may stop any. A `Job` is the server's copy of one run: the worker streams its logged
+rows, live probe results, status and run id (the worker records the run in the run store itself), and the
+job keeps them under a lock. The page reads `Job.view(since=n)` (only the rows after the n it has) from a
+fragment that reruns a few times a second. Pause, Step and Stop act at logged steps (`train.log_every`).
+A claims job runs paper claims one after another and reports each result as it comes.
 """
 
 from __future__ import annotations
 
-import contextlib
+import io
 import os
 import threading
 import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
-import explorer
-from explorer.runs import RunStore, StoreRecorder
+from explorer.runs import RunStore
 from explorer_app.messages import escape
+from explorer_app.workers import WorkerDied, WorkerPool
 
 ACTIVE = ("queued", "running", "paused")  # a job in one of these may still change
+SETTINGS = ("EXPLORER_MAX_DATA_MB", "EXPLORER_MAX_MODEL_MB", "EXPLORER_DATA_CACHE_MB", "EXPLORER_DATA_DIR",
+            "EXPLORER_HOME", "EXPLORER_FAST")  # the server's settings a worker takes with each job
 
 
 @dataclass(frozen=True)
@@ -39,9 +41,9 @@ class JobView:
     id: str
     label: str
     status: str  # queued, running, paused, finished, diverged, stopped, cancelled, error
-    steps_done: int
-    total_steps: int
-    history: list[dict[str, float]]
+    steps_done: int  # a claims job: claims done
+    total_steps: int  # a claims job: claims to run
+    history: list[dict[str, float]]  # logged rows from index `history_from` on (all of them unless view(since=))
     probes: dict[str, dict]  # latest result of each live probe
     probe_step: int | None
     steps_per_second: float | None
@@ -51,6 +53,11 @@ class JobView:
     queue_position: int | None  # 1 = next to start, while queued
     note: str | None = None  # e.g. a live probe left out because it does not apply to this model (markdown)
     diverged_loss: float | None = None  # the loss it exploded to (plots draw the divergence marker there)
+    history_from: int = 0  # index in the job's history of `history[0]`
+    history_length: int = 0  # rows logged so far
+    kind: str = "train"  # "train" or "claims"
+    results: dict = field(default_factory=dict)  # a claims job: (paper, claim id) -> the claim's row
+    current: str | None = None  # a claims job: the claim running now
 
     @property
     def active(self) -> bool:
@@ -63,21 +70,22 @@ class JobView:
 
 
 class Job:
-    """One training run in a background thread, with Pause / Step / Stop between logged steps."""
+    """One run (or list of claims) for a worker process, with Pause / Step / Stop between logged steps."""
 
     def __init__(self, spec, label: str, probes: Mapping[str, dict], probe_every: int, store: RunStore | None,
-                 optional_probes: tuple[str, ...] = (), session: str | None = None):
+                 optional_probes: tuple[str, ...] = (), session: str | None = None,
+                 claims: tuple[tuple[str, str], ...] = (), fast: bool = True):
         self.id = uuid.uuid4().hex[:8]
         self.session = session  # the browser session that submitted it (None: not tied to one)
         self.spec, self.label = spec, label
+        self.kind = "claims" if claims else "train"
+        self.claims, self.fast = tuple(claims), fast
         self.probes, self.probe_every, self.store = dict(probes), probe_every, store
         self.optional_probes = optional_probes  # tried on the untrained model first; left out if they do not apply
         self._note: str | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._go = threading.Event()  # cleared while paused
-        self._go.set()
-        self._step_once = False
+        self._paused = False  # asked to hold (a queued job starts paused)
         self._status = "queued"
         self._history: list[dict[str, float]] = []
         self._probes: dict[str, dict] = {}
@@ -87,150 +95,195 @@ class Job:
         self._diverged_at: int | None = None
         self._diverged_loss: float | None = None
         self._error: str | None = None
+        self._run_id: str | None = None
+        self._results: dict = {}
+        self._current: str | None = None
         self._queue: JobQueue | None = None
-        self.threads = 1  # intra-op threads of this job's training thread (set by the queue)
-        self.recorder = StoreRecorder(store, label=label) if store is not None else None
+        self._worker = None  # the worker process running it, while it runs
+        self.worker_pid: int | None = None
+        self.worker_threads: int | None = None  # intra-op threads the worker trained with (it reports them)
+        self.threads = 1  # intra-op threads to train with (set by the queue)
         self.done = threading.Event()
-        self._snapshot_wanted = threading.Event()
-        self._snapshot: tuple[int, dict] | None = None  # (step, state_dict copy) taken at a logged step
+        self._snapshot: tuple[int, dict] | None = None
         self._snapshot_ready = threading.Event()
-        self._model = None  # the trained model, once the run has ended
         self.ended_at = float("inf")  # time.monotonic() when it ended
 
+    @property
+    def total(self) -> int:
+        return len(self.claims) if self.kind == "claims" else self.spec.train.steps
+
     # ---- controls (any thread) ------------------------------------------------------------------
+    def _tell(self, message: tuple) -> None:
+        worker = self._worker
+        if worker is not None:
+            worker.send(message)
+
     def pause(self) -> None:
         """Hold the run at its next logged step (a queued run pauses at its first)."""
         with self._lock:
-            if self._status in ("queued", "running"):
-                self._go.clear()
+            if self._status in ("queued", "running") and self.kind == "train":
+                self._paused = True
                 self._status = "paused" if self._status == "running" else "queued"
+                self._tell(("pause",))
 
     def resume(self) -> None:
         with self._lock:
             if self._status == "paused":
-                self._status = "running"
-                self._step_once = False
-                self._go.set()
+                self._status, self._paused = "running", False
+                self._tell(("resume",))
 
     def step(self) -> None:
         """While paused: train up to the next logged step, then pause again."""
         with self._lock:
             if self._status == "paused":
-                self._step_once = True
                 self._status = "running"
-                self._go.set()
+                self._tell(("step",))
 
     def stop(self, reason: str | None = None) -> None:
         """Stop the run at its next step (or take it out of the queue); it keeps what it has done. `reason`
         (markdown) is shown with it, e.g. why an operator or the reaper stopped it."""
-        if reason is not None:
-            with self._lock:
+        with self._lock:
+            if reason is not None:
                 self._note = reason
-        self._stop.set()
-        self._go.set()
+            self._stop.set()
+            self._tell(("stop",))
 
     def model_state(self, timeout: float = 10.0) -> tuple[int, dict] | None:
-        """(step, a copy of the model's state_dict) for probing: the final weights once the run ended, else a
-        copy taken by the training thread at its next logged step (so it is never half-updated). None when
-        the run has not started or no logged step came within `timeout` seconds."""
+        """(step, a copy of the model's state_dict) for probing: the final weights from the run store once the
+        run ended, else a copy the worker takes at its next logged step (so it is never half-updated). None
+        when the run has not started or no logged step came within `timeout` seconds."""
         with self._lock:
-            if self._model is not None:
-                return self._steps_done, _copy_state(self._model)
             if self._status not in ("running", "paused"):
+                if self.done.is_set() and self._run_id and self.store is not None:
+                    state = self.store.load_checkpoint(self._run_id)
+                    return (self._steps_done, state["model"]) if state else None
                 return None
             self._snapshot_ready.clear()
-            self._snapshot_wanted.set()
+            self._tell(("snapshot",))
         if not self._snapshot_ready.wait(timeout):
             return None
         return self._snapshot
 
     # ---- reading --------------------------------------------------------------------------------
-    def view(self) -> JobView:
+    @property
+    def status(self) -> str:
         with self._lock:
+            return self._status
+
+    @property
+    def active(self) -> bool:
+        """Queued, running or paused (cheaper than view().active: copies nothing)."""
+        return self.status in ACTIVE
+
+    @property
+    def run_id(self) -> str | None:
+        """The run's id in the run store, once the worker created it."""
+        with self._lock:
+            return self._run_id
+
+    def view(self, since: int = 0) -> JobView:
+        """The job's state; `since`: leave out the first `since` logged rows (a reader that has them)."""
+        position = self._queue.position(self) if self._queue else None
+        with self._lock:
+            since = min(max(since, 0), len(self._history))
             return JobView(
                 id=self.id, label=self.label, status=self._status, steps_done=self._steps_done,
-                total_steps=self.spec.train.steps, history=list(self._history),
+                total_steps=self.total, history=self._history[since:],
                 probes=dict(self._probes), probe_step=self._probe_step, steps_per_second=self._sps,
-                diverged_at=self._diverged_at, run_id=self.recorder.run_id if self.recorder else None,
-                error=self._error, queue_position=self._queue.position(self) if self._queue else None,
-                note=self._note,
-                diverged_loss=self._diverged_loss)
+                diverged_at=self._diverged_at, run_id=self._run_id,
+                error=self._error, queue_position=position, note=self._note, diverged_loss=self._diverged_loss,
+                history_from=since, history_length=len(self._history), kind=self.kind,
+                results=dict(self._results), current=self._current)
 
-    # ---- the training thread --------------------------------------------------------------------
-    def _listen(self, event) -> None:
-        run = event.run
+    # ---- the worker's events (the queue's thread for this job) ---------------------------------
+    def _payload(self) -> dict:
+        from explorer.data.files import allowed_roots
+
+        roots = allowed_roots()
+        common = {"threads": self.threads, "env": {k: os.environ.get(k) for k in SETTINGS},
+                  "data_roots": None if roots is None else [str(root) for root in roots]}
+        if self.kind == "claims":
+            return {"kind": "claims", "claims": list(self.claims), "fast": self.fast, **common}
+        return {"kind": "train", "spec": self.spec.to_dict(), "label": self.label, "probes": self.probes,
+                "probe_every": self.probe_every, "optional_probes": list(self.optional_probes),
+                "store": str(self.store.root) if self.store is not None else None, "paused": self._paused, **common}
+
+    def _apply(self, message: tuple) -> None:
+        kind = message[0]
         with self._lock:
-            if event.kind == "log":
-                self._history.append(dict(event.metrics))
-                if event.probes:
-                    self._probes.update(event.probes)
-                    self._probe_step = event.step
-                self._steps_done = run.steps_done
-                self._sps = run.steps_done / run.wall_time if run.wall_time > 0 and run.steps_done else None
-                self._diverged_at, self._diverged_loss = run.diverged_at, run.diverged_loss
-                if self._snapshot_wanted.is_set():
-                    self._take_snapshot(run)
-                if self._step_once:
-                    self._step_once = False
+            if kind == "log":
+                event = message[1]
+                self._history.append(event["row"])
+                if event["probes"]:
+                    self._probes.update(event["probes"])
+                    self._probe_step = event["step"]
+                self._steps_done, self._sps = event["steps_done"], event["sps"]
+                self._diverged_at, self._diverged_loss = event["diverged_at"], event["diverged_loss"]
+            elif kind == "paused":  # a Step reached its logged step
+                if self._status == "running":
                     self._status = "paused"
-                    self._go.clear()
-            elif event.kind == "end":
-                self._steps_done = run.steps_done
-                self._diverged_at, self._diverged_loss = run.diverged_at, run.diverged_loss
+            elif kind == "end":
+                event = message[1]
+                self._steps_done = event["steps_done"]
+                self._diverged_at, self._diverged_loss = event["diverged_at"], event["diverged_loss"]
                 known = {row["step"] for row in self._history}
-                self._history.extend(dict(row) for row in run.history if row["step"] not in known)
-                self._status = run.status
-                self._model = run.model
-        if event.kind == "log":
-            while not self._go.wait(0.1):  # paused: hold the trainer here until Resume, Step or Stop
-                if self._snapshot_wanted.is_set():
-                    self._take_snapshot(run)
+                self._history.extend(row for row in event["history"] if row["step"] not in known)
+                self._status = event["status"]
+            elif kind == "run_id":
+                self._run_id = message[1]
+            elif kind == "threads":
+                self.worker_threads = message[1]
+            elif kind == "note":
+                self._note = (f"Training without the live probe **{escape(message[1])}**: {escape(message[2])}. "
+                              "Choose another probe (e.g. norms or weights) for this model.")
+            elif kind == "snapshot":
+                import torch
 
-    def _leave_out_inapplicable_probes(self) -> None:
-        """In the job's own turn (nothing is built before): drop an optional probe that does not apply."""
-        for name in self.optional_probes:
-            error = _probe_problem(self.spec, name)
-            if error is not None:
-                self.probes.pop(name, None)
-                with self._lock:
-                    self._note = (f"Training without the live probe **{escape(name)}**: {escape(error.message)}. "
-                                  "Choose another probe (e.g. norms or weights) for this model.")
+                self._snapshot = (message[1], torch.load(io.BytesIO(message[2]), weights_only=True))
+                self._snapshot_ready.set()
+            elif kind == "progress":
+                self._steps_done, self._current = message[1], message[3]
+            elif kind == "claim":
+                self._results[(message[1], message[2])] = message[3]
+            elif kind == "error":
+                self._fail(message[1])
 
-    def _take_snapshot(self, run) -> None:
-        self._snapshot = (run.steps_done, _copy_state(run.model))
-        self._snapshot_wanted.clear()
-        self._snapshot_ready.set()
+    def _fail(self, reason: str) -> None:
+        """(Under the lock.) The job ended on an error; its stored run says so."""
+        self._status, self._error = "error", reason
+        if self._run_id is not None and self.store is not None:
+            try:
+                self.store.set_status(self._run_id, "error", final={"error": reason})
+            except Exception:  # noqa: BLE001  (the message on the page matters more)
+                pass
 
-    def _train(self) -> None:
-        torch.set_num_threads(self.threads)
+    def _run_in(self, worker) -> None:
+        """Hand the job to `worker` and relay its events until it is done (or the worker dies)."""
         with self._lock:
-            self._status = "running" if self._go.is_set() else "paused"
+            self._worker, self.worker_pid = worker, worker.pid
+            self._status = "paused" if self._paused else "running"
+            if self.kind == "claims":
+                self._status = "running"
+            worker.send(("job", self._payload()))
+            if self._stop.is_set():
+                worker.send(("stop",))
         try:
-            self._leave_out_inapplicable_probes()
-            listeners = [self.recorder, self._listen] if self.recorder else [self._listen]
-            explorer.train(self.spec, callbacks=listeners, stop=self._stop,
-                           probes=self.probes or None, probe_every=self.probe_every)
-        except Exception as error:  # shown on the page as a message; the server goes on
+            while True:
+                message = worker.receive(0.5)
+                if message is None:
+                    continue
+                if message[0] == "done":
+                    break
+                self._apply(message)
+        except WorkerDied as died:
             with self._lock:
-                self._status = "error"
-                self._error = f"{type(error).__name__}: {error}"
-            if self.recorder is not None and self.recorder.run_id is not None:
-                self.store.set_status(self.recorder.run_id, "error")
+                self._fail(str(died))
         finally:
-            if self.recorder is not None:
-                self.recorder.release()
-
-
-def _probe_problem(spec, name: str):
-    """The SpecError a probe raises on the untrained model (two inputs), or None when it applies."""
-    from explorer.probes import validation_tensors
-
-    model, data = explorer.build(spec, device="cpu")
-    try:
-        explorer.probe(model, data.x_val[:2], name, **validation_tensors(name, data, 2))
-    except explorer.SpecError as error:
-        return error
-    return None
+            with self._lock:
+                self._worker = None
+                if self._status in ACTIVE:  # ended without saying how (a claims job, or stopped early)
+                    self._status = "stopped" if self._stop.is_set() else "finished"
+                self._snapshot_ready.set()
 
 
 class SessionLimit(Exception):
@@ -238,7 +291,10 @@ class SessionLimit(Exception):
 
 
 class JobQueue:
-    """Runs jobs in threads, at most `max_jobs` at once, the rest in first-come order.
+    """Runs jobs in worker processes, at most `max_jobs` at once, the rest in first-come order.
+
+    `pool`: the WorkerPool to run them in (default: one of `max_jobs` workers, started at the first job or
+    at `warm()`); several queues may share one pool (the tests do).
 
     `alive(session_id)` says whether a browser session is still there; with it, a reaper thread (every
     `reap_every` seconds; None: only when `reap` is called) stops the jobs of a session gone for `grace_s`
@@ -246,7 +302,8 @@ class JobQueue:
     """
 
     def __init__(self, max_jobs: int, store: RunStore | None = None, max_per_session: int | None = None,
-                 alive: Callable[[str], bool] | None = None, grace_s: float = 60.0, reap_every: float | None = 5.0):
+                 alive: Callable[[str], bool] | None = None, grace_s: float = 60.0, reap_every: float | None = 5.0,
+                 pool: WorkerPool | None = None):
         if max_jobs < 1:
             raise ValueError(f"max_jobs must be at least 1, got {max_jobs}")
         self.max_jobs, self.store = max_jobs, store
@@ -259,6 +316,7 @@ class JobQueue:
         self._alive = alive
         self._gone_since: dict[str, float] = {}
         self.reap_every = reap_every
+        self.pool = pool if pool is not None else WorkerPool(max_jobs)
         if alive is not None and reap_every is not None:
             threading.Thread(target=self._reap_forever, name="explorer-job-reaper", daemon=True).start()
 
@@ -266,7 +324,7 @@ class JobQueue:
         """Jobs still queued, running or paused (of one session, or all)."""
         with self._cond:
             jobs = list(self._jobs)
-        return [job for job in jobs if job.view().active and (session is None or job.session == session)]
+        return [job for job in jobs if job.active and (session is None or job.session == session)]
 
     def jobs(self) -> list[Job]:
         """Every job the queue knows: the active ones and those ended in the last hour, oldest first."""
@@ -277,38 +335,36 @@ class JobQueue:
                record: bool = True, optional_probes: tuple[str, ...] = (), session: str | None = None) -> Job:
         """Start (or queue) a run of `spec`; with `record` it is saved in the queue's run store. SessionLimit
         when `session` already has `max_per_session` active jobs."""
+        self._check_share(session)
+        store = (self.store or RunStore()) if record else None
+        return self._enqueue(Job(spec, label, probes or {}, probe_every, store, optional_probes, session))
+
+    def submit_claims(self, claims: list[tuple[str, str]], fast: bool, label: str, session: str | None = None) -> Job:
+        """Queue paper claims [(paper, claim id), ...] to run one after another in a worker; the view reports
+        "claim i of n" and each result row as it comes."""
+        if not claims:
+            raise ValueError("no claims to run")
+        self._check_share(session)
+        return self._enqueue(Job(None, label, {}, 0, None, session=session, claims=tuple(claims), fast=fast))
+
+    def warm(self) -> None:
+        """Start the worker processes now, in the background (the app calls it after its first page)."""
+        self.pool.warm()
+
+    def _check_share(self, session: str | None) -> None:
         if session is not None and self.max_per_session is not None \
                 and len(self.active_jobs(session)) >= self.max_per_session:
             raise SessionLimit(f"this session already has {self.max_per_session} run(s) training or waiting, the "
                                "most one session may have on this server (EXPLORER_MAX_JOBS_PER_SESSION); wait for "
                                "one to end or stop it")
-        store = (self.store or explorer.RunStore()) if record else None
-        job = Job(spec, label, probes or {}, probe_every, store, optional_probes, session)
+
+    def _enqueue(self, job: Job) -> Job:
         job._queue, job.threads = self, self.threads
         with self._cond:
             self._waiting.append(job)
             self._jobs.append(job)
         threading.Thread(target=self._run, args=(job,), name=f"explorer-job-{job.id}", daemon=True).start()
         return job
-
-    @contextlib.contextmanager
-    def slot(self):
-        """Hold one of the server's training slots for work done in the calling thread (e.g. a paper's
-        claim): waits in the same first-come queue as training jobs."""
-        ticket = object()
-        with self._cond:
-            self._waiting.append(ticket)
-            while not (self._waiting[0] is ticket and self._running < self.max_jobs):
-                self._cond.wait(0.2)
-            self._waiting.popleft()
-            self._running += 1
-            self._cond.notify_all()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._running -= 1
-                self._cond.notify_all()
 
     def reap(self, now: float | None = None) -> list[Job]:
         """Stop the active jobs of sessions gone for `grace_s` seconds; returns the jobs it stopped."""
@@ -325,7 +381,7 @@ class JobQueue:
                     stopped.append(job)
                 self._gone_since.pop(session, None)
         with self._cond:  # forget ended jobs after an hour
-            self._jobs = [job for job in self._jobs if job.view().active or now - job.ended_at < 3600]
+            self._jobs = [job for job in self._jobs if job.active or now - job.ended_at < 3600]
         return stopped
 
     def _reap_forever(self) -> None:
@@ -351,21 +407,35 @@ class JobQueue:
                 self._cond.wait(0.2)
             self._waiting.remove(job)
             self._cond.notify_all()
-            if job._stop.is_set():
-                with job._lock:
-                    job._status = "cancelled"
-                job.ended_at = time.monotonic()
-                job.done.set()
-                return
-            self._running += 1
+            if not job._stop.is_set():
+                self._running += 1
+        if job._stop.is_set():
+            self._cancel(job)
+            return
         try:
-            job._train()
+            try:
+                worker = self.pool.take()
+            except WorkerDied as died:
+                with job._lock:
+                    job._fail(str(died))
+                return
+            try:
+                job._run_in(worker)
+            finally:
+                self.pool.give_back(worker)
         finally:
             with self._cond:
                 self._running -= 1
                 self._cond.notify_all()
             job.ended_at = time.monotonic()
             job.done.set()
+
+    @staticmethod
+    def _cancel(job: Job) -> None:
+        with job._lock:
+            job._status = "cancelled"
+        job.ended_at = time.monotonic()
+        job.done.set()
 
 
 def threads_per_job(max_jobs: int, cores: int | None = None) -> int:
@@ -377,11 +447,7 @@ def threads_per_job(max_jobs: int, cores: int | None = None) -> int:
     return max(1, (cores - 1) // max_jobs)
 
 
-def _copy_state(model) -> dict:
-    return {key: value.detach().to("cpu", copy=True) for key, value in model.state_dict().items()}
-
-
-def wait(job: Job, timeout: float = 60.0) -> JobView:
+def wait(job: Job, timeout: float = 300.0) -> JobView:
     """Block until the job ends (for tests and scripts); returns its final view."""
     if not job.done.wait(timeout):
         raise TimeoutError(f"job {job.id} still {job.view().status} after {timeout} s")

@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import urllib.parse
 
 import streamlit as st
 
 import explorer
+from explorer.cache import LRUCache
 from explorer.runs import home
 from explorer_app.jobs import Job, JobQueue, SessionLimit  # noqa: F401  (SessionLimit: for the pages)
 from explorer_app.limits import limits
+from explorer_app.workers import WorkerPool
+
+CLAIM_ROWS_BYTES = 20_000_000  # claim result rows kept server-wide (a row is a few kB)
 
 TRAIN_PAGE = "views/train.py"  # relative to app/streamlit_app.py, as st.switch_page wants
 
 
 def job_queue() -> JobQueue:
     """One queue for the whole server: EXPLORER_MAX_JOBS trainings at once, the rest wait; each session at
-    most EXPLORER_MAX_JOBS_PER_SESSION, stopped EXPLORER_SESSION_GRACE_S seconds after the session ends."""
+    most EXPLORER_MAX_JOBS_PER_SESSION, stopped EXPLORER_SESSION_GRACE_S seconds after the session ends.
+    Its jobs run in a pool of EXPLORER_MAX_JOBS worker processes shared by every queue of this server."""
     caps = limits()
     return _job_queue(caps.max_jobs, str(home()), caps.max_jobs_per_session, caps.session_grace_s)
 
@@ -51,7 +57,13 @@ def store() -> explorer.RunStore:
 # Keyed by the settings, so a changed EXPLORER_HOME (each test has its own) gets its own store and queue.
 @st.cache_resource(show_spinner=False)
 def _job_queue(max_jobs: int, root: str, per_session: int, grace_s: int) -> JobQueue:
-    return JobQueue(max_jobs, store=_store(root), max_per_session=per_session, alive=session_alive, grace_s=grace_s)
+    return JobQueue(max_jobs, store=_store(root), max_per_session=per_session, alive=session_alive, grace_s=grace_s,
+                    pool=_pool(max_jobs))
+
+
+@st.cache_resource(show_spinner=False)
+def _pool(size: int) -> WorkerPool:
+    return WorkerPool(size)
 
 
 @st.cache_resource(show_spinner=False)
@@ -93,3 +105,21 @@ def train_page_params(spec) -> dict[str, str]:
 def open_in_train(spec) -> None:
     """Switch to the Train page with `spec` loaded (e.g. a paper's preset)."""
     st.switch_page(TRAIN_PAGE, query_params=train_page_params(spec))
+
+
+def submit_claims(claims: list[tuple[str, str]], fast: bool, label: str) -> Job:
+    """Queue paper claims as one job of this session (SessionLimit when it already has its share)."""
+    job = job_queue().submit_claims(claims, fast, label, session=session_id())
+    add_job(job)
+    return job
+
+
+def claim_rows() -> LRUCache:
+    """Claim result rows kept for every session of this server: results only (small dicts), least recently
+    used dropped first past CLAIM_ROWS_BYTES."""
+    return _claim_rows()
+
+
+@st.cache_resource(show_spinner=False)
+def _claim_rows() -> LRUCache:
+    return LRUCache(CLAIM_ROWS_BYTES, size_of=lambda row: len(json.dumps(row, default=str)))

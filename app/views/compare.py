@@ -127,28 +127,9 @@ def grid_size(grid: dict[str, list], seeds: int) -> int:
 
 
 # ---- launching ----------------------------------------------------------------------------------
-def plan_probes(spec) -> tuple[dict[str, dict], list[str]]:
-    """The live probes the grid's model can take, and notes on those left out (tried on the untrained model)."""
-    model, data = explorer.build(spec, device="cpu")
-    inputs = data.x_val[:PROBE_INPUTS]
-    probes, notes = {}, []
-    for name, what in (("coefficients", "coefficient heatmaps"), ("jacobian", "Jacobian spectra")):
-        try:
-            explorer.probe(model, inputs[:1], name, **LIVE_PROBES[name])
-            probes[name] = LIVE_PROBES[name]
-        except SpecError as error:  # e.g. a stream too large for the Jacobian on a CPU
-            notes.append(f"No {what}: {messages.escape(error.message)}")
-    return probes, notes
-
-
 def launch(items: list[tuple[str, object]]) -> None:
-    """Queue every run of the grid in the server's job queue; the grid becomes this session's current one."""
-    try:
-        with st.spinner("Preparing the grid..."):
-            probes, notes = plan_probes(items[0][1])
-    except Exception as error:  # a model or dataset that cannot be built is a message; the app goes on
-        st.error(f"Could not build the grid's model: {messages.failure(error)}", icon=":material/error:")
-        return
+    """Queue every run of the grid in the server's job queue (each trains in a worker process, which leaves out
+    a live probe that does not apply to the model, with a note); the grid becomes this session's current one."""
     number = st.session_state.get("compare-grids", 0) + 1
     share = caps.max_jobs_per_session - len(state.job_queue().active_jobs(state.session_id()))
     if len(items) > share:
@@ -157,10 +138,11 @@ def launch(items: list[tuple[str, object]]) -> None:
                  "(EXPLORER_MAX_JOBS_PER_SESSION). Make the grid smaller, or wait for your runs to end.",
                  icon=":material/error:")
         return
-    jobs = [state.submit(spec, f"grid {number}: {label}", probes=probes, probe_every=max(spec.train.steps // 4, 1))
+    jobs = [state.submit(spec, f"grid {number}: {label}", probes=LIVE_PROBES, optional_probes=tuple(LIVE_PROBES),
+                         probe_every=max(spec.train.steps // 4, 1))
             for label, spec in items]
     st.session_state["compare-grids"] = number
-    st.session_state["compare-grid"] = {"number": number, "jobs": jobs, "notes": notes, "selected": False}
+    st.session_state["compare-grid"] = {"number": number, "jobs": jobs, "selected": False}
 
 
 def stop_grid() -> None:
@@ -225,7 +207,7 @@ def grid_view() -> None:
         st.info(f"{len(queued)} run(s) wait for a training slot: this server trains at most {caps.max_jobs} runs at "
                 "once across all sessions (EXPLORER_MAX_JOBS); they start as slots free up.",
                 icon=":material/hourglass_top:")
-    for note in grid["notes"]:
+    for note in sorted({view.note for view in views if view.note}):  # a live probe the workers left out, and why
         st.caption(note)
     st.dataframe([grid_row(view) for view in views], hide_index=True, key="compare-grid-table",
                  column_config={"progress": st.column_config.ProgressColumn("progress", min_value=0, max_value=100,

@@ -5,9 +5,10 @@ equations its claims test (st.latex), every claim with a button that reruns it o
 runs (fast mode by default) and shows its verdict, the measured numbers against the criterion,
 and the paper's presets, each of which opens in the Train page to be trained live and probed.
 
-Claims are seeded and deterministic, so each result is cached server-wide per (paper, claim,
-mode): in a class only the first student pays. Computing one holds a slot of the server's job
-queue, so a class cannot start more heavy work at once than EXPLORER_MAX_JOBS allows.
+Claims run as a job of the server's queue, in a worker process (never in the page's script thread),
+so a class cannot start more heavy work at once than EXPLORER_MAX_JOBS allows; the page follows the
+job's progress ("claim i of n"). Claims are seeded and deterministic, so each result row is cached
+server-wide per (paper, claim, mode, context): in a class only the first student pays.
 
 The equations follow the papers; where their text conversion is garbled or inconsistent:
 ANCRe's Eq. 8 sums its denominator over k = 1..j-1, but Eq. 7 (sum over i = 0..j-1 of p_ij = 1)
@@ -164,41 +165,11 @@ MODES = ("Fast mode runs one seed and small runs: seconds per claim, and it deci
          "inconclusive). Full mode runs at least 3 seeds and decides on the paired same-seed differences: up to "
          "several minutes per claim on a 2-core CPU. Verdicts can differ between the two.")
 
+PROGRESS_S = 0.5  # progress refresh period while this session's claims job runs
 RESULTS = "papers-results"  # session state: (paper, claim id, fast) -> the claim's result row
 
 
 # ---- running claims -----------------------------------------------------------------------------
-
-class ClaimFailed(Exception):
-    """A claim whose row says "error", raised out of the cache so that the error is not kept (a retry reruns)."""
-
-    def __init__(self, row: dict):
-        super().__init__(row["note"])
-        self.row = row
-
-
-@st.cache_data(show_spinner=False)
-def claim_row(paper: str, claim_id: str, fast: bool, context: tuple) -> dict:
-    """`Claim.run(fast)` while holding one of the server's job slots; cached server-wide (claims are seeded),
-    keyed by what the result depends on besides the claim: `claim_context()`."""
-    claim = next(c for c in claims(paper) if c.id == claim_id)
-    with state.job_queue().slot():
-        row = claim.run(fast)
-    if row["verdict"] == "error":
-        raise ClaimFailed(row)
-    return row
-
-
-def run_claim(claim: Claim, fast: bool) -> dict:
-    """The claim's result row, cached or computed now; never raises (a failure becomes its "error" row)."""
-    try:
-        return claim_row(claim.paper, claim.id, fast, claim_context())
-    except ClaimFailed as failed:
-        return failed.row
-    except Exception as error:  # e.g. an invalid EXPLORER_MAX_JOBS: reported on the claim, the page goes on
-        return {"verdict": "error", "measured": {}, "per_seed": {}, "reason": f"{type(error).__name__}: {error}",
-                "note": f"{type(error).__name__}: {error}", "seconds": None}
-
 
 def claim_context() -> tuple:
     """What a claim's numbers depend on besides its seeded specs: the code's version, torch's version, the
@@ -210,27 +181,81 @@ def claim_context() -> tuple:
     return (explorer.__version__, torch.__version__, platform.machine(), state.job_queue().threads)
 
 
-def queue_note() -> str:
-    """What to add to the progress text when every job slot of the server is taken (the claim waits its turn)."""
-    try:
-        queue = state.job_queue()
-    except LimitError:  # a misconfigured EXPLORER_MAX_JOBS: run_claim reports it on the claim
-        return ""
-    running, waiting = queue.counts()
-    return f" (waiting for a free slot: {running} running, {waiting} waiting)" if running >= queue.max_jobs else ""
+def cache_key(claim: Claim, fast: bool) -> tuple:
+    return (claim.paper, claim.id, fast, claim_context())
 
 
-def run_with_progress(to_run: list[Claim], fast: bool) -> None:
-    """Run `to_run` one after another under a progress bar, keeping each result in this session."""
+def start_claims(to_run: list[Claim], fast: bool) -> None:
+    """Button callback: show the cached results at once and queue the others as one claims job (a worker
+    runs them; the page only follows its progress)."""
+    results = session_results()
+    missing = []
+    for claim in to_run:
+        row = state.claim_rows().get(cache_key(claim, fast))
+        if row is not None:
+            results[(claim.paper, claim.id, fast)] = row
+        else:
+            missing.append(claim)
+    st.session_state.pop("papers-message", None)
+    if not missing:
+        st.session_state["papers-last"] = (len(to_run), 0.0, fast, to_run[0].paper)
+        return
     mode = "fast" if fast else "full"
-    bar = st.progress(0.0)
-    start = time.perf_counter()
-    for done, claim in enumerate(to_run):
-        bar.progress(done / len(to_run), text=f"Claim {done + 1} of {len(to_run)} ({mode} mode)")
-        with st.spinner(f"Running {claim.id}{queue_note()}", show_time=True):
-            session_results()[(claim.paper, claim.id, fast)] = run_claim(claim, fast)
-    bar.progress(1.0, text=f"Done: {len(to_run)} claim{'s' if len(to_run) > 1 else ''} in "
-                           f"{time.perf_counter() - start:.1f} s ({mode} mode)")
+    label = f"claims {missing[0].paper}: {len(missing)} ({mode} mode)"
+    try:
+        job = state.submit_claims([(c.paper, c.id) for c in missing], fast, label)
+    except (state.SessionLimit, LimitError) as refused:
+        st.session_state["papers-message"] = f"Not started: {escape(refused)}"
+        return
+    st.session_state["papers-job"] = {"job": job, "fast": fast, "cached": len(to_run) - len(missing),
+                                      "started": time.perf_counter(), "paper": missing[0].paper}
+
+
+def collect_finished() -> None:
+    """Once the claims job ended: its rows into this session's results, and (all but errors) into the
+    server-wide cache (claims are seeded: in a class only the first student pays)."""
+    running = st.session_state.get("papers-job")
+    if running is None or running["job"].view().active:
+        return
+    view, fast = running["job"].view(), running["fast"]
+    for (paper, claim_id), row in view.results.items():
+        session_results()[(paper, claim_id, fast)] = row
+        if row["verdict"] != "error":
+            claim = next(c for c in claims(paper) if c.id == claim_id)
+            state.claim_rows().put(cache_key(claim, fast), row)
+    done = [(paper, claim_id) for paper, claim_id in running["job"].claims if (paper, claim_id) not in view.results]
+    if view.status == "error":  # the worker failed (or died) before these claims reported
+        for paper, claim_id in done:
+            session_results()[(paper, claim_id, fast)] = {
+                "verdict": "error", "measured": {}, "per_seed": {}, "reason": view.error, "note": view.error,
+                "seconds": None}
+    st.session_state["papers-last"] = (len(view.results) + running["cached"],
+                                       time.perf_counter() - running["started"], fast, running["paper"])
+    del st.session_state["papers-job"]
+
+
+def claims_progress(paper: str) -> None:
+    """The progress of this session's claims job (a fragment rerun twice a second while it runs)."""
+    running = st.session_state.get("papers-job")
+    if running is not None and running["paper"] == paper:
+        view = running["job"].view()
+        mode = "fast" if running["fast"] else "full"
+        if view.status == "queued":
+            running_jobs, waiting = state.job_queue().counts()
+            st.progress(0.0, text=f"Queued: number {view.queue_position} in line ({running_jobs} job(s) running on "
+                                  f"this server, limit {state.job_queue().max_jobs}, EXPLORER_MAX_JOBS)")
+        elif view.active:
+            st.progress(view.steps_done / max(view.total_steps, 1),
+                        text=f"Claim {min(view.steps_done + 1, view.total_steps)} of {view.total_steps} ({mode} "
+                             f"mode): {view.current or 'starting'}")
+        else:
+            st.rerun(scope="app")  # its results are drawn by the whole page
+        return
+    last = st.session_state.get("papers-last")
+    if last is not None and last[3] == paper:
+        count, seconds, fast, _ = last
+        st.progress(1.0, text=f"Done: {count} claim{'s' if count != 1 else ''} in {seconds:.1f} s "
+                              f"({'fast' if fast else 'full'} mode)")
 
 
 def session_results() -> dict:
@@ -330,14 +355,19 @@ def claims_section(paper: str, fast: bool) -> None:
                "hold only when every seed agrees by more than the run-to-run noise; otherwise, or when a score sits "
                "at its trivial floor (chance accuracy, float noise), it is inconclusive. Results are cached on the "
                "server: a claim someone already ran shows at once.")
-    if st.button("Run all claims of this paper", key=f"papers-run-all-{paper}", icon=":material/play_arrow:"):
-        run_with_progress(paper_claims, fast)
+    busy = st.session_state.get("papers-job") is not None
+    st.button("Run all claims of this paper", key=f"papers-run-all-{paper}", icon=":material/play_arrow:",
+              on_click=start_claims, args=(paper_claims, fast), disabled=busy,
+              help="Claims run one after another in a worker process; the page follows their progress.")
+    if "papers-message" in st.session_state:
+        st.warning(st.session_state["papers-message"], icon=":material/warning:")
+    st.fragment(run_every=PROGRESS_S if busy else None)(claims_progress)(paper)
     recorded_section(paper)
     for claim in paper_claims:
         with st.container(border=True):
             st.markdown(f"**{escape(claim.section)}.** {escape(claim.statement)}")
-            if st.button("Run this claim", key=f"papers-run-{paper}-{claim.id}"):
-                run_with_progress([claim], fast)
+            st.button("Run this claim", key=f"papers-run-{paper}-{claim.id}", on_click=start_claims,
+                      args=([claim], fast), disabled=busy)
             for mode_fast in (True, False):
                 row = session_results().get((paper, claim.id, mode_fast))
                 if row is not None:
@@ -367,6 +397,7 @@ def paper_section(paper: str, fast: bool) -> None:
     presets_section(paper)
 
 
+collect_finished()
 st.title("Papers")
 st.caption("Five papers on residual connections: what each one says, its key equations, and its claims rerun on "
            "real training runs at CPU scale, with the numbers measured and a verdict.")

@@ -1,11 +1,13 @@
 """Train: set up an experiment, train it live, and watch its loss, shortcut heatmap and one probe.
 
-The form (sidebar) is generated from the registries and mirrored in the URL. Training runs in a
-background job (explorer_app.jobs); a fragment redraws the live view about three times a second while the
-job is active, so the page and its buttons stay responsive. Every run is saved in the run store.
+The form (sidebar) is generated from the registries and mirrored in the URL. Training runs as a job
+in a worker process (explorer_app.jobs); a fragment redraws the live view about three times a second while
+the job is active, reading only the rows logged since its last call, so the page and its buttons stay
+responsive. Every run is saved in the run store.
 """
 
 import csv
+import dataclasses
 import io
 import json
 import urllib.parse
@@ -122,10 +124,21 @@ def current_job():
     return st.session_state.get("train-job")
 
 
+def read_view(job):
+    """The job's view with its whole history, asking the job only for the rows logged since the last call."""
+    job_id, rows = st.session_state.get("train-rows", (None, []))
+    if job_id != job.id:
+        rows = []
+    view = job.view(since=len(rows))
+    rows.extend(view.history)
+    st.session_state["train-rows"] = (job.id, rows)
+    return dataclasses.replace(view, history=list(rows), history_from=0)
+
+
 def live_view() -> None:
     """Controls, status and charts; button callbacks run before this, so the state read here is current."""
     job = current_job()
-    view = job.view() if job else None
+    view = read_view(job) if job else None
     active = bool(view and view.active)
     paused = bool(view and view.status == "paused")
 
@@ -217,7 +230,7 @@ def show_charts(view) -> None:
                 figures.show(fig, key=f"train-probe-{i}", name=f"{probe_name}-{i}")
 
 
-active = bool(current_job() and current_job().view().active)
+active = bool(current_job() and current_job().active)
 st.session_state["train-active"] = active
 st.fragment(run_every=REFRESH_S if active else None)(live_view)()
 
@@ -236,8 +249,8 @@ if spec is not None:
     cols[0].download_button("Spec (JSON)", spec.to_json(), file_name="spec.json", mime="application/json",
                             key="train-download-spec", on_click="ignore", icon=":material/download:")
 job = current_job()
-run_id = job.view().run_id if job else None
-if run_id and not job.view().active:
+run_id = job.run_id if job else None
+if run_id and not job.active:
     cols[1].download_button("Run (JSON)", lambda: json.dumps(state.store().get(run_id, arrays=False), indent=2, default=str),
                             file_name=f"run-{run_id[:8]}.json", mime="application/json", key="train-download-run-json",
                             on_click="ignore", icon=":material/download:")

@@ -8,9 +8,6 @@ changes its data in place changes nothing for any other run.
 from __future__ import annotations
 
 import math
-import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import NamedTuple
@@ -18,6 +15,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from explorer.cache import LRUCache, megabytes_from_env
 from explorer.registry import Param, Registry
 
 DATASETS = Registry("datasets")
@@ -120,11 +118,9 @@ def dims(section) -> DataDims:
 def build_dataset(section) -> Dataset:
     """The dataset a spec's data section describes: generated, or copied from the cache."""
     key = (section.name, tuple(sorted(section.params.items())))
-    with _CACHE_LOCK:
-        cached = _CACHE.get(key)
-        if cached is not None:
-            _CACHE.move_to_end(key)
-            return cached.copy()
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached.copy()
     params = dict(key[1])
     tensors = DATASETS[section.name].factory(**params)  # (x_train, y_train, x_val, y_val[, masks_train, masks_val])
     shape, output_dim, task = DataDims.of(DATASETS[section.name].extra["dims"](params))
@@ -133,41 +129,26 @@ def build_dataset(section) -> Dataset:
     return dataset.copy()
 
 
-def cache_limit_bytes() -> int:
-    """EXPLORER_DATA_CACHE_MB (default 256) in bytes: what the dataset cache may hold in all."""
-    text = os.environ.get("EXPLORER_DATA_CACHE_MB", "").strip()
-    try:
-        return max(int(text), 0) * 1_000_000 if text else 256_000_000
-    except ValueError:
-        return 256_000_000
+cache_limit_bytes = megabytes_from_env("EXPLORER_DATA_CACHE_MB", 256)
+cache_limit_bytes.__doc__ = "EXPLORER_DATA_CACHE_MB (default 256) in bytes: what the dataset cache may hold in all."
 
 
 def cached_bytes() -> int:
     """Bytes the dataset cache holds now."""
-    with _CACHE_LOCK:
-        return sum(d.nbytes for d in _CACHE.values())
+    return _CACHE.nbytes
 
 
 def clear_cache() -> None:
     """Forget every built dataset (the next build_dataset generates or reads it again)."""
-    with _CACHE_LOCK:
-        _CACHE.clear()
+    _CACHE.clear()
 
 
 def _remember(key, dataset: Dataset) -> None:
     """Keep `dataset`, dropping the least recently used ones past the byte limit (one too big is not kept)."""
-    limit = cache_limit_bytes()
-    with _CACHE_LOCK:
-        if dataset.nbytes > limit:
-            return
-        _CACHE[key] = dataset
-        _CACHE.move_to_end(key)
-        while sum(d.nbytes for d in _CACHE.values()) > limit:
-            _CACHE.popitem(last=False)
+    _CACHE.put(key, dataset)
 
 
-_CACHE: OrderedDict = OrderedDict()
-_CACHE_LOCK = threading.Lock()
+_CACHE = LRUCache(cache_limit_bytes, size_of=lambda dataset: dataset.nbytes)
 
 
 SEED = Param("seed", "int", 0, "seed of the data generator (independent of the training seed)", low=0, high=2**31 - 1)

@@ -96,11 +96,10 @@ PRESETS.update({
 
 import math  # noqa: E402
 
-from explorer.papers.base import preset
+from explorer.papers.base import cached, preset
 from explorer.papers.claims import Verdict, claim, combine, decide, decide_all  # noqa: E402
 
 _FLOAT_FLOOR = 1e-9   # float32 losses bottom out near 1e-12..1e-13 here; nothing below 1e-9 is read as a rate
-_CACHE: dict = {}
 
 
 def train_cached(name: str, **overrides):
@@ -110,18 +109,18 @@ def train_cached(name: str, **overrides):
 
     from explorer.train import train
 
-    key = (name, tuple(sorted(overrides.items())))
-    if key not in _CACHE:
+    def make():
         spec = preset(name).with_values(overrides) if overrides else preset(name)
         threads = torch.get_num_threads()
         small = spec.to_dict()["model"]["name"] == "linear"
         if small:
             torch.set_num_threads(1)
         try:
-            _CACHE[key] = train(spec)
+            return train(spec)
         finally:
             torch.set_num_threads(threads)
-    return _CACHE[key]
+
+    return cached(("ancre", name, tuple(sorted(overrides.items()))), make)
 
 
 def _curve(run) -> tuple[list[int], list[float]]:
@@ -277,15 +276,13 @@ NORM_TEMPERATURE = 0.1
 
 def _norm_run(depth: int, norm: str, steps: int, seed: int):
     """ANCRe on the Figure 2c linear net at `depth` with `norm`; none starts at p_ij = 1/j (cached)."""
-    key = ("norm", depth, norm, steps, seed)
-    if key not in _CACHE:
-        from explorer.train import train
+    from explorer.train import train
 
-        spec = preset("ancre-fig2c-ancre").with_values({"model.depth": depth, "topology.normalization": norm,
-                                                        "topology.temperature": NORM_TEMPERATURE,
-                                                        "train.steps": steps, "train.seed": seed})
-        _CACHE[key] = train(spec, callbacks=[uniform_start_callback] if norm == "none" else None)
-    return _CACHE[key]
+    spec = preset("ancre-fig2c-ancre").with_values({"model.depth": depth, "topology.normalization": norm,
+                                                    "topology.temperature": NORM_TEMPERATURE,
+                                                    "train.steps": steps, "train.seed": seed})
+    return cached(("ancre", "norm", depth, norm, steps, seed),
+                  lambda: train(spec, callbacks=[uniform_start_callback] if norm == "none" else None))
 
 
 @claim("ancre", "normalization-needed", "Sec. 5.4, Table 4",

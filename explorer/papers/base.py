@@ -1,10 +1,34 @@
-"""The presets registry: named specs at CPU scale, each paper module's PRESETS registered by the package."""
+"""The presets registry (named specs at CPU scale, each paper module's PRESETS registered by the package),
+and the papers' run cache.
+
+The claims and the notebooks share their runs through `cached`: one least-recently-used cache for every
+paper, bounded by EXPLORER_PAPERS_CACHE_MB (default 256) of model weights, data and results, so a process
+that runs every claim (a server's worker, a notebook kernel) does not keep every run it ever trained. A run
+is kept without its training state (optimizer moments): claims and figures read its model, data and history.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from explorer.cache import LRUCache, megabytes_from_env
 from explorer.registry import Entry, Registry
 
 PRESETS = Registry("presets")
+RUNS = LRUCache(megabytes_from_env("EXPLORER_PAPERS_CACHE_MB", 256))
+
+
+def cached(key: Hashable, make: Callable[[], Any]) -> Any:
+    """`make()`, kept per `key` (a tuple starting with the paper's id) in the papers' bounded cache."""
+
+    def slim():
+        value = make()
+        if hasattr(value, "_state"):  # an explorer Run: drop the closure that holds the optimizer's state
+            value._state = None
+        return value
+
+    return RUNS.get_or_make(key, slim)
 
 
 def register_presets(paper: str, presets: dict) -> None:

@@ -79,21 +79,17 @@ PRESETS.update({
 
 import math  # noqa: E402
 
-from explorer.papers.base import preset
+from explorer.papers.base import cached, preset
 from explorer.papers.claims import Verdict, claim, combine, decide, decide_all, seeded  # noqa: E402
 
-_RUNS: dict = {}  # spec JSON -> Run, so that the claims and the notebook (02_dca) train each spec once per process
 
 
 def train_cached(spec):
-    """`train(spec)`, memoised on the spec (runs are deterministic on CPU). The notebook draws its figures from
-    these runs, and the claims re-use them."""
+    """`train(spec)`, memoised on the spec in the papers' bounded cache (runs are deterministic on CPU). The
+    notebook (02_dca) draws its figures from these runs, and the claims re-use them."""
     from explorer.train import train
 
-    key = spec.to_json(indent=None)
-    if key not in _RUNS:
-        _RUNS[key] = train(spec)
-    return _RUNS[key]
+    return cached(("dca", spec.to_json(indent=None)), lambda: train(spec))
 
 
 def _summary(spec) -> dict:

@@ -54,7 +54,7 @@ PRESETS.update({
 
 import math  # noqa: E402
 
-from explorer.papers.base import preset
+from explorer.papers.base import cached, preset
 from explorer.papers.claims import Verdict, claim, combine, decide, seeded  # noqa: E402
 
 FAST_TRAIN = {"model.depth": 4, "model.width": 32, "model.heads": 2, "data.n_val": 256,
@@ -64,19 +64,15 @@ FAST_TRAIN = {"model.depth": 4, "model.width": 32, "model.heads": 2, "data.n_val
 CPU_TRAIN = {"data.n_train": 20_000, "train.steps": 200}
 _PAPER_TRAIN = {"data.n_train": 20_000, "train.steps": 2000, "train.log_every": 100}
 PAPER_SEEDS = (0, 1, 2, 3, 4)
-_RUNS: dict = {}  # (preset, mode, seed) -> Run, shared by the Table 1 and Figure 4 claims within one process
 
 
 def trained(name: str, fast: bool, seed: int = 0, scale: str = "cpu", device: str = "cpu"):
     """The Table 1 / Figure 4 run of preset `name` (fast: a small ViT; cpu: 20k images, 200 steps; paper: 2000 steps)."""
     from explorer.train import train
 
-    key = (name, fast, seed, scale, device)
-    if key not in _RUNS:
-        changes = FAST_TRAIN if fast else _PAPER_TRAIN if scale == "paper" else CPU_TRAIN
-        spec = seeded(preset(name).with_values({**changes, "train.device": device} if device != "cpu" else changes), seed)
-        _RUNS[key] = train(spec)
-    return _RUNS[key]
+    changes = FAST_TRAIN if fast else _PAPER_TRAIN if scale == "paper" else CPU_TRAIN
+    spec = seeded(preset(name).with_values({**changes, "train.device": device} if device != "cpu" else changes), seed)
+    return cached(("skipless", name, fast, seed, scale, device), lambda: train(spec))
 
 
 def _seeds(mode):

@@ -62,19 +62,16 @@ PRESETS.update({
 
 import math  # noqa: E402
 
-from explorer.papers.base import preset
+from explorer.papers.base import cached, preset
 from explorer.probes import probe
 from explorer.train import build, train
 from explorer.papers.claims import Verdict, claim, combine, decide, decide_all  # noqa: E402
 
 RULES = {"1/L": lambda L: 1.0 / L, "1/sqrt(L)": lambda L: L ** -0.5, "1/L^0.25": lambda L: L ** -0.25}
-_CACHE: dict = {}
 
 
 def _cached(key, make):
-    if key not in _CACHE:
-        _CACHE[key] = make()
-    return _CACHE[key]
+    return cached(("tau", *key), make)
 
 
 def init_norm_ratio(rule: str, depth: int, seed: int = 0, examples: int = 128) -> dict:

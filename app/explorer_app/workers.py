@@ -1,0 +1,412 @@
+"""Worker processes that run the server's jobs outside its interpreter: trainings and paper claims.
+
+A `WorkerPool` keeps pre-started processes (the "spawn" context: never a fork of a server whose torch
+threads run). Each worker imports torch and explorer once, then loops over jobs, so a click does not pay
+torch's import and the server's interpreter lock is never held by a training step. One job at a time per
+worker; `JobQueue` (explorer_app.jobs) hands a job to an idle worker when it gets a slot.
+
+The protocol is pickled tuples over a duplex Pipe (`send_bytes`; a tensor never travels as shared memory):
+
+parent -> worker: ("job", payload) where payload is {"kind": "train", "spec": spec dict, "label", "probes",
+    "probe_every", "optional_probes", "store": run-store folder or None, "paused", "threads", "env",
+    "data_roots"} or {"kind": "claims", "claims": [(paper, id), ...], "fast", "threads", "env", ...};
+    then, while it runs, ("pause",), ("resume",), ("step",), ("stop",), ("snapshot",).
+worker -> parent: ("ready", pid) once; then per job ("threads", n), ("note", probe, why), ("run_id", id),
+    ("log", {...}), ("paused",) after a Step, ("snapshot", step, state bytes), ("end", {...}),
+    ("progress", i, n, claim id), ("claim", paper, id, row), ("error", message), and last ("done",).
+
+A worker that dies (killed, out of memory) closes its end of the pipe: the job reading it ends as "error"
+with the exit code, and the pool starts a fresh worker in its place.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import pickle
+import queue
+import sys
+import threading
+import time
+import types
+
+READY_TIMEOUT_S = 300.0  # a worker imports torch and explorer before it says ready (seconds on a busy 2-core VM)
+
+
+# ---- the worker process -------------------------------------------------------------------------
+
+class _Controls:
+    """What the parent asked of the job a worker is running, set by the worker's reader thread."""
+
+    def __init__(self, paused: bool = False):
+        self.stop = threading.Event()
+        self.go = threading.Event()  # cleared while paused
+        if not paused:
+            self.go.set()
+        self.step_once = False
+        self.snapshot = threading.Event()
+
+    def apply(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "pause":
+            self.step_once = False
+            self.go.clear()
+        elif kind == "resume":
+            self.step_once = False
+            self.go.set()
+        elif kind == "step":
+            self.step_once = True
+            self.go.set()
+        elif kind == "stop":
+            self.stop.set()
+            self.go.set()
+        elif kind == "snapshot":
+            self.snapshot.set()
+
+
+def worker_main(conn) -> None:
+    """The worker process: import the library once, then run the jobs the parent sends until it goes."""
+    import importlib
+
+    for module in ("torch", "explorer", "explorer.papers"):  # paid once, before "ready" (papers: claims register)
+        importlib.import_module(module)
+    try:
+        _warm_up()
+    except Exception:  # noqa: BLE001  (e.g. a server cap below the default experiment: the jobs will say so)
+        pass
+
+    send_lock = threading.Lock()
+
+    def send(message) -> None:
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        with send_lock:
+            conn.send_bytes(data)
+
+    jobs: queue.Queue = queue.Queue()
+    current: list[_Controls] = [_Controls()]
+
+    def read() -> None:  # the only thread that receives: a job for the main thread, or a control for its job
+        while True:
+            try:
+                message = pickle.loads(conn.recv_bytes())
+            except (EOFError, OSError):  # the parent went away: stop what runs and leave
+                current[0].apply(("stop",))
+                jobs.put(None)
+                return
+            if message[0] == "job":
+                current[0] = _Controls(paused=bool(message[1].get("paused")))
+                jobs.put((message[1], current[0]))
+            elif message[0] == "exit":
+                jobs.put(None)
+                return
+            else:
+                current[0].apply(message)
+
+    threading.Thread(target=read, name="explorer-worker-reader", daemon=True).start()
+    send(("ready", os.getpid()))
+    while True:
+        item = jobs.get()
+        if item is None:
+            return
+        payload, controls = item
+        try:
+            _prepare(payload)
+            if payload["kind"] == "train":
+                _train(payload, controls, send)
+            else:
+                _claims(payload, controls, send)
+        except Exception as error:  # noqa: BLE001  (reported on the job; the worker goes on)
+            send(("error", f"{type(error).__name__}: {error}"))
+        send(("done",))
+
+
+def _warm_up() -> None:
+    """Train the default experiment (digits, an MLP, Adam) for two steps with two live probes: the first
+    run in a process imports scikit-learn, torch's compiler stack (the optimizers load it) and torch.func,
+    seconds on a small CPU that would otherwise come between a click on Train and its first loss."""
+    import explorer
+
+    spec = explorer.ExperimentSpec.default().with_values({"train.steps": 2, "train.log_every": 1})
+    explorer.train(spec, probes={"coefficients": {}, "jacobian": {"max_inputs": 1}}, probe_every=1)
+
+
+def _prepare(payload: dict) -> None:
+    """The server's settings at submission: EXPLORER_* limits, the folders data may be read from, threads."""
+    import torch
+
+    from explorer.data.files import restrict_reads
+
+    for name, value in payload.get("env", {}).items():  # None: unset on the server
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    restrict_reads(payload.get("data_roots"))
+    torch.set_num_threads(max(1, int(payload.get("threads", 1))))
+
+
+def _train(payload: dict, controls: _Controls, send) -> None:
+    import torch
+
+    import explorer
+    from explorer.runs import RunStore, StoreRecorder
+
+    send(("threads", torch.get_num_threads()))
+    spec = explorer.ExperimentSpec.from_dict(payload["spec"])
+    probes = dict(payload.get("probes") or {})
+    for name, error in _probe_problems(spec, probes, payload.get("optional_probes", ())).items():
+        probes.pop(name, None)
+        send(("note", name, error.message))
+    recorder = StoreRecorder(RunStore(payload["store"]), label=payload["label"]) if payload.get("store") else None
+    sent_id = [False]
+
+    def listen(event) -> None:
+        run = event.run
+        if recorder is not None and not sent_id[0] and recorder.run_id is not None:
+            send(("run_id", recorder.run_id))
+            sent_id[0] = True
+        if event.kind == "log":
+            sps = run.steps_done / run.wall_time if run.wall_time > 0 and run.steps_done else None
+            send(("log", {"row": dict(event.metrics), "probes": event.probes, "step": event.step,
+                          "steps_done": run.steps_done, "sps": sps, "diverged_at": run.diverged_at,
+                          "diverged_loss": run.diverged_loss}))
+            if controls.snapshot.is_set():
+                _send_snapshot(run, controls, send)
+            if controls.step_once:
+                controls.step_once = False
+                controls.go.clear()
+                send(("paused",))
+            while not controls.go.wait(0.1):  # paused: hold the trainer here until Resume, Step or Stop
+                if controls.snapshot.is_set():
+                    _send_snapshot(run, controls, send)
+        elif event.kind == "end":
+            send(("end", {"status": run.status, "steps_done": run.steps_done, "diverged_at": run.diverged_at,
+                          "diverged_loss": run.diverged_loss, "history": [dict(row) for row in run.history]}))
+
+    listeners = [recorder, listen] if recorder is not None else [listen]
+    try:
+        explorer.train(spec, callbacks=listeners, stop=controls.stop, probes=probes or None,
+                       probe_every=payload.get("probe_every", 50))
+    except Exception:
+        if recorder is not None and recorder.run_id is not None:
+            recorder.store.set_status(recorder.run_id, "error")
+        raise
+    finally:
+        if recorder is not None:
+            recorder.release()
+
+
+def _probe_problems(spec, probes: dict, names) -> dict:
+    """{name: the SpecError probe `name` (with its options) raises on the untrained model}, for the optional
+    probes that do not apply (tried on two validation inputs)."""
+    import explorer
+    from explorer.probes import validation_tensors
+
+    problems = {}
+    if not names:
+        return problems
+    model, data = explorer.build(spec, device="cpu")
+    for name in names:
+        try:
+            explorer.probe(model, data.x_val[:2], name, **probes.get(name, {}), **validation_tensors(name, data, 2))
+        except explorer.SpecError as error:
+            problems[name] = error
+    return problems
+
+
+def _send_snapshot(run, controls: _Controls, send) -> None:
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save({key: value.detach().cpu() for key, value in run.model.state_dict().items()}, buffer)
+    controls.snapshot.clear()
+    send(("snapshot", run.steps_done, buffer.getvalue()))
+
+
+def _claims(payload: dict, controls: _Controls, send) -> None:
+    """Run paper claims one after another, reporting each result as it comes (Stop: the rest are skipped)."""
+    from explorer.papers.claims import claims
+
+    todo = payload["claims"]
+    for i, (paper, claim_id) in enumerate(todo):
+        if controls.stop.is_set():
+            break
+        send(("progress", i, len(todo), claim_id))
+        claim = next((c for c in claims(paper) if c.id == claim_id), None)
+        if claim is None:
+            raise ValueError(f"no claim {paper}/{claim_id}")
+        send(("claim", paper, claim_id, claim.run(bool(payload.get("fast", True)))))
+    send(("progress", len(todo), len(todo), None))
+
+
+# ---- the parent side ----------------------------------------------------------------------------
+
+# While Streamlit runs a page it sets sys.modules["__main__"] to that page's script, and a "spawn" child
+# re-runs the parent's __main__ file before its target: a worker started from a page would run the whole app
+# (and start workers of its own). Workers are started with a bare __main__ instead, one at a time.
+_START_LOCK = threading.Lock()
+
+
+class WorkerDied(Exception):
+    """The worker process ended while it ran a job."""
+
+
+class Worker:
+    """The parent's handle on one worker process: send messages to it, receive its events."""
+
+    def __init__(self, context):
+        self._conn, child = context.Pipe(duplex=True)
+        self.process = context.Process(target=worker_main, args=(child,), name="explorer-worker", daemon=True)
+        with _START_LOCK:  # a spawned child first runs the parent's __main__; hide it (see _START_LOCK)
+            main = sys.modules.get("__main__")
+            sys.modules["__main__"] = types.ModuleType("__main__")
+            try:
+                self.process.start()
+            finally:
+                sys.modules["__main__"] = main
+        child.close()
+        self._send_lock = threading.Lock()
+        self.pid = self.process.pid
+        self.ready = False
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        message = self.receive(timeout)
+        if message is None or message[0] != "ready":
+            self.kill()
+            raise WorkerDied(f"the worker process did not start in {timeout:.0f} s")
+        self.ready = True
+
+    def send(self, message) -> bool:
+        """Send a message; False when the worker is gone."""
+        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        with self._send_lock:
+            try:
+                self._conn.send_bytes(data)
+                return True
+            except (OSError, ValueError):
+                return False
+
+    def receive(self, timeout: float):
+        """The next event, None when none came within `timeout`; WorkerDied when the worker is gone."""
+        try:
+            if not self._conn.poll(timeout):
+                if not self.process.is_alive():
+                    raise WorkerDied(self.death())
+                return None
+            return pickle.loads(self._conn.recv_bytes())
+        except (EOFError, OSError):
+            raise WorkerDied(self.death()) from None
+
+    def death(self) -> str:
+        self.process.join(5.0)
+        return f"the worker process died: exit code {self.process.exitcode}"
+
+    @property
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def kill(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(5.0)
+        self._conn.close()
+
+
+class WorkerPool:
+    """Pre-started worker processes, reused across jobs; `size` are kept warm (a dead one is replaced)."""
+
+    def __init__(self, size: int, start_method: str = "spawn"):
+        self.size = size
+        self._context = multiprocessing.get_context(start_method)
+        self._cond = threading.Condition()
+        self._idle: list[Worker] = []
+        self._busy: set[Worker] = set()
+        self._starting = 0
+        self._closed = False
+        self._failures, self._failure = 0, ""  # workers that failed to start, and why the last one did
+
+    def warm(self) -> None:
+        """Start workers in the background until `size` exist (returns at once). They start one after
+        another: on a small CPU the first is ready for a click twice as soon as when all start at once."""
+        with self._cond:
+            missing = max(self.size - len(self._idle) - len(self._busy) - self._starting, 0)
+            self._starting += missing
+        if missing:
+            threading.Thread(target=self._start_several, args=(missing,), name="explorer-worker-start",
+                             daemon=True).start()
+
+    def _start_several(self, count: int) -> None:
+        for _ in range(count):
+            self._start_one()
+
+    def _start_one(self) -> None:
+        worker = None
+        try:
+            worker = Worker(self._context)
+            worker.wait_ready()
+        except Exception as error:  # noqa: BLE001  (take() says why)
+            worker = None
+            failure = f"a worker process could not start: {error}"
+        with self._cond:
+            if worker is None:
+                self._failures += 1
+                self._failure = failure
+            self._starting -= 1
+            if worker is not None and not self._closed:
+                self._idle.append(worker)
+            elif worker is not None:
+                worker.kill()
+            self._cond.notify_all()
+
+    def take(self, timeout: float = READY_TIMEOUT_S) -> Worker:
+        """An idle, live worker for one job (started now when none is idle or starting)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            failures = self._failures
+            while True:
+                if self._closed:
+                    raise WorkerDied("the worker pool was closed")
+                if self._failures > failures:
+                    raise WorkerDied(self._failure)
+                self._idle = [w for w in self._idle if w.alive]
+                if self._idle:
+                    worker = self._idle.pop(0)
+                    self._busy.add(worker)
+                    return worker
+                if self._starting == 0:
+                    self._starting += 1
+                    threading.Thread(target=self._start_one, name="explorer-worker-start", daemon=True).start()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WorkerDied(f"no worker process started in {timeout:.0f} s")
+                self._cond.wait(min(left, 0.5))
+
+    def give_back(self, worker: Worker) -> None:
+        """A worker whose job ended: idle again, or (dead) replaced by a fresh one."""
+        with self._cond:
+            self._busy.discard(worker)
+            if worker.alive and not self._closed:
+                self._idle.append(worker)
+                self._cond.notify_all()
+                return
+        worker.kill()
+        if not self._closed:
+            self.warm()
+
+    def pids(self) -> list[int]:
+        with self._cond:
+            return [w.pid for w in [*self._idle, *self._busy] if w.alive]
+
+    def busy_pids(self) -> list[int]:
+        with self._cond:
+            return [w.pid for w in self._busy if w.alive]
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            workers = [*self._idle, *self._busy]
+            self._idle, self._busy = [], set()
+        for worker in workers:
+            worker.send(("exit",))
+            worker.kill()
