@@ -21,6 +21,8 @@ import explorer.papers  # noqa: F401  (the presets and claims the pages list)
 from explorer_app import messages, state
 from explorer_app.limits import LimitError, limits, restrict_data_reads
 
+TRAINING_PAGES = ("", "compare", "papers")  # Train (served at /), Compare and Papers submit jobs; Theory, Inside never
+WARM_DELAY_S = 1.5  # the worker processes import torch: on 2 cores, let the browser draw the page first
 VIEWS = Path(__file__).resolve().parent / "views"  # resolved: st.Page reads a relative path from the script's folder
 
 st.set_page_config(page_title="Residual Explorer", page_icon=":material/account_tree:", layout="wide")
@@ -46,4 +48,5 @@ try:
 except Exception as error:  # the page's own bug or a broken file: a one-line message, never a traceback
     st.error(f"This page stopped on an unexpected error: {messages.failure(error)}. Reload the page; if it comes "
              "back, tell whoever runs this server.", icon=":material/error:")
-state.job_queue().warm()  # after the first page is drawn: start the worker processes (no-op once started)
+if page.url_path in TRAINING_PAGES:  # after a page that trains is drawn: start the workers (no-op once started)
+    state.job_queue().warm(delay=WARM_DELAY_S)

@@ -347,9 +347,10 @@ class JobQueue:
         self._check_share(session)
         return self._enqueue(Job(None, label, {}, 0, None, session=session, claims=tuple(claims), fast=fast))
 
-    def warm(self) -> None:
-        """Start the worker processes now, in the background (the app calls it after its first page)."""
-        self.pool.warm()
+    def warm(self, delay: float = 0.0) -> None:
+        """Start the worker processes in the background, after `delay` seconds (the app calls it after a page
+        that trains has been drawn)."""
+        self.pool.warm(delay)
 
     def _check_share(self, session: str | None) -> None:
         if session is not None and self.max_per_session is not None \

@@ -326,17 +326,19 @@ class WorkerPool:
         self._closed = False
         self._failures, self._failure = 0, ""  # workers that failed to start, and why the last one did
 
-    def warm(self) -> None:
-        """Start workers in the background until `size` exist (returns at once). They start one after
-        another: on a small CPU the first is ready for a click twice as soon as when all start at once."""
+    def warm(self, delay: float = 0.0) -> None:
+        """Start workers in the background until `size` exist (returns at once), the first after `delay`
+        seconds. They start one after another: on a small CPU the first is ready for a click twice as soon
+        as when all start at once, and a delay leaves the cores to the browser while it draws the page."""
         with self._cond:
             missing = max(self.size - len(self._idle) - len(self._busy) - self._starting, 0)
             self._starting += missing
         if missing:
-            threading.Thread(target=self._start_several, args=(missing,), name="explorer-worker-start",
+            threading.Thread(target=self._start_several, args=(missing, delay), name="explorer-worker-start",
                              daemon=True).start()
 
-    def _start_several(self, count: int) -> None:
+    def _start_several(self, count: int, delay: float = 0.0) -> None:
+        time.sleep(delay)
         for _ in range(count):
             self._start_one()
 
