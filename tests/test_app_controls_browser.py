@@ -284,7 +284,7 @@ def test_every_control_of_papers(app):
         page.locator(".st-key-papers-fast label").first.click()
         settle(page, "fast mode toggle")
         click(page, "papers-run-idinit-chi-at-init", "Run this claim")
-        page.locator(".explorer-verdicts").first.wait_for(timeout=60_000)
+        page.locator(".explorer-verdicts:visible").first.wait_for(timeout=60_000)  # not the folded recorded table
         page.get_by_text("Presets (", exact=False).first.click()  # the presets expander
         page.locator(".st-key-papers-open-idinit-fig5-idiz button").first.click()
         page.locator(".st-key-train-start button").wait_for(timeout=60_000)  # on the Train page now

@@ -30,7 +30,8 @@ def test_a_job_trains_in_a_worker_records_and_matches_a_plain_run(worker_pool):
     plain = explorer.train(SPEC)
     assert view.status == "finished" and view.steps_done == 40
     assert job.worker_pid != os.getpid() and job.worker_pid in worker_pool.pids()  # trained elsewhere, worker kept
-    assert [row["loss"] for row in view.history] == [row["loss"] for row in plain.history]
+    # the same run in another process: equal up to float32 summation order (its thread count may differ)
+    assert [row["loss"] for row in view.history] == pytest.approx([row["loss"] for row in plain.history], rel=1e-5)
     assert view.probe_step == 40 and set(view.probes) == {"coefficients"}
     assert explorer.RunStore().get(view.run_id)["status"] == "finished"
     tail = job.view(since=3)  # a reader that has the first 3 rows gets only the others

@@ -8,7 +8,7 @@ import streamlit as st
 
 import explorer
 from explorer import plots
-from explorer.papers.claims import claims
+from explorer.papers.claims import claims, recorded
 from explorer_app import state
 from explorer_app.messages import escape
 
@@ -68,13 +68,13 @@ def test_each_paper_section_renders_with_its_equations_claims_and_presets(open_p
 
 
 def recorded_table(paper: str) -> str:
-    return plots.verdict_table(claims_module.recorded(paper)["rows"])
+    return plots.verdict_table(recorded(paper)["rows"])
 
 
 @pytest.mark.parametrize("paper", ["ancre", "skipless"])
 def test_each_paper_shows_its_recorded_full_mode_results_folded(open_page, paper):
     at = open_page("papers", query={"paper": TABS[paper]})
-    stored = claims_module.recorded(paper)
+    stored = recorded(paper)
     [expander] = [e for e in at.expander if e.label.startswith("Recorded full-mode results")]
     assert f"({len(claims(paper))} claims, 3 seeds:" in expander.label
     counts = {label: sum(r["verdict"] == v for r in stored["rows"]) for v, label in BADGES.items()}

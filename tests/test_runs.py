@@ -78,6 +78,9 @@ def test_recorded_training_round_trips(store, home):
     for stored, live in zip(record["probes"], run.probe_history):
         assert stored["result"].keys() == live["result"].keys()
         for key, value in live["result"].items():
+            if np.asarray(value).dtype.kind in "US":  # labels (e.g. the norms probe's block names)
+                assert list(np.asarray(stored["result"][key])) == list(value), key
+                continue
             np.testing.assert_allclose(stored["result"][key], value)
             assert stored["result"][key].shape == np.asarray(value).shape
 
