@@ -24,6 +24,7 @@ it comes from, and the verdict:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -173,7 +174,7 @@ class Claim:
     check: Callable[..., Verdict] = field(repr=False)
     paper_spec: bool = False  # whether --scale paper runs something other than "no paper-scale spec"
 
-    @property
+    @functools.cached_property  # the source is read once per claim (the Papers page asks on every rerun)
     def fingerprint(self) -> str:
         """A hash of the check's source: a recorded result whose fingerprint differs was made by other code."""
         return hashlib.sha256(inspect.getsource(self.check).encode()).hexdigest()[:16]
@@ -269,16 +270,20 @@ def recorded(paper: str | None = None) -> dict[str, Any]:
     stored in `RECORDED`): {"about": how, when and where they were recorded, "rows": the claims' rows}, of one
     paper or all, in the claims' order. A row whose claim's check has changed since is marked "stale": True;
     a row of a claim that no longer exists is left out. No file: no rows."""
-    if not RECORDED.exists():
-        return {"about": {}, "rows": []}
-    stored = json.loads(RECORDED.read_text())
+    stored = _stored_results()
     by_key = {f"{r['paper']}/{r['id']}": r for r in stored["rows"]}
     rows = []
     for c in claims(paper):
         row = by_key.get(f"{c.paper}/{c.id}")
         if row is not None:
             rows.append({**row, "stale": row.get("fingerprint") != c.fingerprint})
-    return {"about": stored["about"], "rows": rows}
+    return {"about": dict(stored["about"]), "rows": rows}
+
+
+@functools.cache
+def _stored_results() -> dict[str, Any]:
+    """RECORDED, read once per process (callers get copies of its rows and never change them)."""
+    return json.loads(RECORDED.read_text()) if RECORDED.exists() else {"about": {}, "rows": []}
 
 
 def per_seed_text(per_seed: dict[str, list]) -> str:
