@@ -159,9 +159,12 @@ def measure(page, base: str, spec: explorer.ExperimentSpec, sample_s: float = 3.
     if page.locator(".st-key-train-pause button").is_enabled():
         click = time.perf_counter()
         page.locator(".st-key-train-pause button").click()
-        page.locator(".st-key-train-resume button").wait_for(timeout=30_000)
-        pause_answer = time.perf_counter() - click
-        page.locator(".st-key-train-resume button").click()
+        # A short run may finish between the check and the click: then no Resume button comes.
+        page.wait_for_function("() => document.querySelector('.st-key-train-resume button') || "
+                               "document.body.innerText.includes('Finished')", timeout=30_000, polling=20)
+        if page.locator(".st-key-train-resume button").count():
+            pause_answer = time.perf_counter() - click
+            page.locator(".st-key-train-resume button").click()
     page.get_by_text("Finished", exact=False).first.wait_for(timeout=300_000)
     page.wait_for_function(f"() => ({CHART_TITLES})().some(t => t.includes('Shortcut coefficients'))", timeout=30_000)
     return {"first_loss_point_s": first_point, "chart_refreshes_per_s": refreshes, "pause_click_answer_s": pause_answer,
