@@ -36,6 +36,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
@@ -140,8 +141,25 @@ def _line_mode(values: Sequence[Any]) -> str:
 
 
 def _finish(fig: go.Figure, title: str, **layout: Any) -> go.Figure:
-    fig.update_layout(template=TEMPLATE, title=dict(text=title), **layout)
+    _apply_template(fig)
+    fig.update_layout(title=dict(text=title), **layout)
     return fig
+
+
+def _apply_template(fig: go.Figure) -> None:
+    """Give `fig` the project's template without re-validating it. Assigning a template validates and
+    deep-copies its whole tree (60-190 ms a figure on a small CPU, most of a figure's cost); the app redraws
+    its charts three times a second while a run trains, so that copy took CPU from the training. The template
+    is plotly's own, already valid: plotly skips the same check when it applies its default template
+    (`BaseFigure._initialize_layout_template`). Where a plotly version lacks the switch, this is the plain
+    (slower) assignment."""
+    layout = fig.layout
+    validate = getattr(layout, "_validate", True)
+    layout._validate = False
+    try:
+        layout.template = pio.templates[TEMPLATE]
+    finally:
+        layout._validate = validate
 
 
 def _vector(name: str, value: Any) -> np.ndarray:
@@ -328,14 +346,15 @@ def coefficient_heatmap(
     matrix: Any,
     title: str,
     log_ratio: bool = False,
-    labels: tuple[Sequence[str], Sequence[str]] | None = None,
+    blocks: Sequence[str] | None = None,
 ) -> go.Figure:
     """Heatmap of an (L+1) x (L+1) connection-coefficient matrix (who feeds whom).
 
-    Rows are destinations (row r = input of block r+1, the last row = the output), columns are
-    sources (column 0 = x0, column j = y_j, the output of block j). Destination r can only read
-    sources 0..r, so the upper triangle is blanked (NaN). `labels` = (source_labels,
-    destination_labels) overrides the default "x0, y1, ..., yL" / "in 1, ..., in L, out".
+    Rows are destinations (row r = the input of block r+1, the last row = the output), columns are
+    sources (column 0 = the stream's input x0, column j = the output y_j of block j). Destination r
+    can only read sources 0..r, so the upper triangle is blanked (NaN). Blocks are named as every
+    figure names them: `blocks` (a coefficients probe's "blocks", e.g. "block 2 attn" for a
+    Transformer's sub-block at module level), default "block 1" ... "block L".
     With `log_ratio` the matrix is ANCRe's log(c_ij / c_max,j) view: values <= 0 on a sequential
     scale whose top is 0, -inf (a zero coefficient) shown blank. Otherwise a diverging scale
     centred at 0, so sign and size read at a glance.
@@ -347,13 +366,10 @@ def coefficient_heatmap(
     if z.ndim != 2 or z.shape[0] != z.shape[1] or z.shape[0] == 0:
         raise ValueError(f"matrix must be a non-empty square (L+1) x (L+1) array, got shape {z.shape}")
     n = z.shape[0]
-    if labels is None:
-        sources = ["x0"] + [f"y{j}" for j in range(1, n)]
-        destinations = [f"in {r}" for r in range(1, n)] + ["out"]
-    else:
-        if len(labels) != 2 or any(len(part) != n for part in labels):
-            raise ValueError(f"labels must be (source_labels, destination_labels), each of length {n}")
-        sources, destinations = [str(s) for s in labels[0]], [str(d) for d in labels[1]]
+    names = [f"block {j}" for j in range(1, n)] if blocks is None else [str(b) for b in np.ravel(blocks)]
+    if len(names) != n - 1:
+        raise ValueError(f"blocks must name the matrix's {n - 1} blocks (one fewer than its size), got {len(names)}")
+    sources, destinations = ["input", *names], [*names, "output"]
     z[np.triu_indices(n, k=1)] = np.nan
     if log_ratio:
         finite = z[np.isfinite(z)]
@@ -372,8 +388,8 @@ def coefficient_heatmap(
         hovertemplate=f"source %{{x}}<br>destination %{{y}}<br>{value_name} = %{{z:{_FMT}}}<extra></extra>",
         **scale,
     ))
-    fig.update_xaxes(title_text="source (x0 = input, yj = output of block j)", type="category", side="bottom")
-    fig.update_yaxes(title_text="destination (in r = input of block r)", type="category",
+    fig.update_xaxes(title_text="source: the input x0, or a block's output", type="category", side="bottom")
+    fig.update_yaxes(title_text="destination: a block's input, or the output", type="category",
                      autorange="reversed", scaleanchor="x")
     return _finish(fig, title)
 
@@ -754,7 +770,8 @@ def probe_figures(name: str, result: Mapping[str, Any], label: str = "") -> list
     if name == "coefficients":
         basis = coefficient_basis(r)
         what = "learned coefficients (own basis)" if basis == "own" else "unrolled: who feeds whom"
-        return [coefficient_heatmap(r[basis], f"{head}shortcut coefficients ({what})")]
+        return [coefficient_heatmap(r[basis], f"{head}shortcut coefficients ({what})", log_ratio=basis == "log_ratio",
+                                    blocks=r.get("blocks"))]
     if name == "param-jacobian":
         curves = {"parameter Jacobian": r["param_singular_values"], "input Jacobian": r["input_singular_values"]}
         return [spectra(curves, f"{head}sub-block Jacobian spectra (κ params {float(r['param_kappa']):.3g}, "

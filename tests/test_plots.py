@@ -153,8 +153,8 @@ def test_coefficient_heatmap_values_labels_and_triangle():
     expected = m.copy()
     expected[np.triu_indices(4, k=1)] = np.nan
     np.testing.assert_array_equal(_f(fig.data[0].z), expected)
-    assert list(fig.data[0].x) == ["x0", "y1", "y2", "y3"]
-    assert list(fig.data[0].y) == ["in 1", "in 2", "in 3", "out"]
+    assert list(fig.data[0].x) == ["input", "block 1", "block 2", "block 3"]
+    assert list(fig.data[0].y) == ["block 1", "block 2", "block 3", "output"]
     assert fig.data[0].zmid == 0  # diverging scale centred at 0
     assert fig.layout.title.text == "ANCRe coefficients (run skip)"
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
@@ -180,10 +180,11 @@ def test_coefficient_heatmap_bad_input():
         plots.coefficient_heatmap(np.zeros((3, 4)), "t")
     with pytest.raises(ValueError, match="matrix"):
         plots.coefficient_heatmap(np.zeros(3), "t")
-    with pytest.raises(ValueError, match="labels"):
-        plots.coefficient_heatmap(np.zeros((3, 3)), "t", labels=(["a", "b"], ["c", "d", "e"]))
-    fig = plots.coefficient_heatmap(np.zeros((2, 2)), "t", labels=(["e", "b1"], ["b1 in", "head"]))
-    assert list(fig.data[0].x) == ["e", "b1"] and list(fig.data[0].y) == ["b1 in", "head"]
+    with pytest.raises(ValueError, match="blocks"):
+        plots.coefficient_heatmap(np.zeros((3, 3)), "t", blocks=["a", "b", "c"])
+    fig = plots.coefficient_heatmap(np.zeros((3, 3)), "t", blocks=["block 1 attn", "block 1 mlp"])
+    assert list(fig.data[0].x) == ["input", "block 1 attn", "block 1 mlp"]
+    assert list(fig.data[0].y) == ["block 1 attn", "block 1 mlp", "output"]
 
 
 # --------------------------------------------------------------------------- spectra, norms, ranks

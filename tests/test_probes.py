@@ -323,6 +323,7 @@ def test_coefficients_of_a_resnet_read_the_first_stage():
     topology = model.stack.stacks[0].topology  # cascaded is shared by the three stages
     np.testing.assert_allclose(result["unrolled"], topology.coefficients().unrolled)
     assert result["unrolled"].shape == (topology.n_blocks + 1,) * 2
+    assert list(result["blocks"]) == [f"block {j}" for j in range(1, topology.n_blocks + 1)]  # the first stage's
 
 
 @pytest.mark.parametrize("topology", [{"name": "grn-v3"}, {"name": "grn-v3", "k": 1}, {"name": "dca"},
@@ -380,6 +381,8 @@ def test_a_six_block_vit_is_drawn_as_blocks_1_to_6(preset, subblocks):
     else:
         assert x == [f"block {j}" for j in range(1, 7)]
     assert list(fig.layout.xaxis.categoryarray) == x
+    heatmap = plots.probe_figures("coefficients", probe(model, data.x_val[:4], "coefficients"))[0]
+    assert list(heatmap.data[0].x) == ["input", *x] and list(heatmap.data[0].y) == [*x, "output"]
     pca = probe(model, data.x_val[:16], "pca", masks=data.masks_val[:16])
     grid, miou = plots.probe_figures("pca", pca)
     rows = [grid.layout[f"yaxis{'' if i == 0 else i + 1}"].title.text for i in range(0, len(grid.data), 4)]

@@ -383,7 +383,7 @@ def show_heatmaps(records: list[dict], labels: list[str], results: list[dict], b
                 step, result = coefficients
                 # two short lines: a narrow column cut the one-line title ("unrolled at ste")
                 fig = plots.coefficient_heatmap(result[shown], f"{label}<br><sub>{shown}, step {step}</sub>",
-                                                log_ratio=shown == "log_ratio")
+                                                log_ratio=shown == "log_ratio", blocks=result.get("blocks"))
                 figures.show(fig, key=f"compare-heatmap-{record['id']}", name=f"{label}-coefficients")
 
 

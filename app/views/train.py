@@ -214,20 +214,35 @@ def show_charts(view) -> None:
         return
     figures.show(plots.loss_curves([view.as_run()], title=f"{view.label}: loss"), key="train-loss",
                  name="train-loss")
+    heatmap, probe_figs = probe_charts(view)
     heat, probe_col = st.columns(2)
     with heat:
-        coefficients = view.probes.get(LIVE_PROBE)
-        if coefficients is not None:
-            basis = plots.coefficient_basis(coefficients, heatmap_basis)
-            fig = plots.coefficient_heatmap(coefficients[basis],
-                                            f"Shortcut coefficients ({basis}) at step {view.probe_step}",
-                                            log_ratio=basis == "log_ratio")
-            figures.show(fig, key="train-heatmap", name="shortcut-coefficients")
+        if heatmap is not None:
+            figures.show(heatmap, key="train-heatmap", name="shortcut-coefficients")
     with probe_col:
-        result = view.probes.get(probe_name)
-        if result is not None:
-            for i, fig in enumerate(plots.probe_figures(probe_name, result, f"step {view.probe_step}")):
-                figures.show(fig, key=f"train-probe-{i}", name=f"{probe_name}-{i}")
+        for i, fig in enumerate(probe_figs):
+            figures.show(fig, key=f"train-probe-{i}", name=f"{probe_name}-{i}")
+
+
+def probe_charts(view) -> tuple:
+    """(heatmap or None, [probe figures]) for the latest probe results. They change only when a result comes
+    (every `probe every` steps), so they are built once per result and reused by the refreshes between."""
+    key = (view.id, view.probe_step, heatmap_basis, probe_name)
+    cached = st.session_state.get("train-probe-charts")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    heatmap, probe_figs = None, []
+    coefficients = view.probes.get(LIVE_PROBE)
+    if coefficients is not None:
+        basis = plots.coefficient_basis(coefficients, heatmap_basis)
+        heatmap = plots.coefficient_heatmap(coefficients[basis],
+                                            f"Shortcut coefficients ({basis}) at step {view.probe_step}",
+                                            log_ratio=basis == "log_ratio", blocks=coefficients.get("blocks"))
+    result = view.probes.get(probe_name)
+    if result is not None:
+        probe_figs = plots.probe_figures(probe_name, result, f"step {view.probe_step}")
+    st.session_state["train-probe-charts"] = (key, (heatmap, probe_figs))
+    return heatmap, probe_figs
 
 
 active = bool(current_job() and current_job().active)

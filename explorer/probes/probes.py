@@ -278,7 +278,7 @@ def attention(model, inputs):
 )
 def coefficients(model, inputs):
     """own and unrolled from Topology.coefficients() (rows: destinations; the first stage's Stack of a
-    resnet-cifar), and log_ratio[r, i] = log(|unrolled[r, i]| / max_i |unrolled[r, i]|): 0 for each row's
+    resnet-cifar), blocks (their names, `block_labels`), and log_ratio[r, i] = log(|unrolled[r, i]| / max_i |unrolled[r, i]|): 0 for each row's
     strongest source, -inf where a source does not reach, NaN on an all-zero row (ANCRe Fig. 6).
     learnable: whether the topology has trained parameters (its `own` matrix is what was learned)."""
     topology = stacks(model)[0].topology
@@ -289,10 +289,19 @@ def coefficients(model, inputs):
         log_ratio = np.log(magnitude / row_max)
     result = {"own": c.own, "unrolled": c.unrolled, "log_ratio": log_ratio,
               # learned coefficients (ANCRe, GRN, DCA, learnable tau): figures show `own` by default
-              "learnable": np.array(any(p.requires_grad for p in topology.parameters()))}
+              "learnable": np.array(any(p.requires_grad for p in topology.parameters())),
+              "blocks": np.array(_topology_blocks(model, topology))}
     if getattr(topology, "version", None) == 3 or isinstance(topology, DCA):
         result.update(_input_dependent_weights(model, topology, inputs))
     return result
+
+
+def _topology_blocks(model, topology) -> list[str]:
+    """Names of the topology's blocks, as the other figures name them (`block_labels`: "block 2 attn" for a
+    Transformer's sub-block at module level). A resnet-cifar's topology spans its down-sampling blocks too,
+    which sit outside the stages' stacks: there its blocks are numbered 1..n_blocks."""
+    labels = block_labels(model)
+    return labels if len(labels) == topology.n_blocks else [f"block {j}" for j in range(1, topology.n_blocks + 1)]
 
 
 def _input_dependent_weights(model, topology, inputs) -> dict[str, np.ndarray]:
