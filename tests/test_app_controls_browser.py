@@ -131,7 +131,9 @@ def pressing(page, root, name):
     return guard()
 
 
-SPEC = explorer.preset(PRESET).with_values({"train.steps": 400, "train.log_every": 5})
+# Long enough that Pause, Step, Resume and Stop all land while it trains (the test stops it; a run that
+# finished first would never show Resume or "stopped" on a fast machine)
+SPEC = explorer.preset(PRESET).with_values({"train.steps": 20_000, "train.log_every": 5})
 RECORDED = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 5, "train.steps": 12, "train.log_every": 2})
 
 
@@ -170,7 +172,7 @@ def test_every_control_of_train(app):
         page.locator(".st-key-train-upload-spec input[type=file]").set_input_files(str(uploaded))
         settle(page, "uploading a spec")
         page.wait_for_function("() => !location.search.includes('topology.value=1%2FL%5E0.25')", timeout=120_000)
-        choose(page, "train-probe", "norms")
+        choose(page, "train-probe", "weights")  # norms is the default
         settle(page, "live probe select")
         choose(page, "train-basis", "own")
         settle(page, "heatmap basis select")

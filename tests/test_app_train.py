@@ -104,7 +104,7 @@ def test_train_produces_a_stored_run_with_loss_chart_and_heatmap(open_page):
     record = explorer.RunStore().get(view.run_id)
     assert record["status"] == "finished"
     assert [row["step"] for row in record["history"]] == [row["step"] for row in view.history]
-    assert {row["name"] for row in record["probes"]} == {"coefficients", "jacobian"}
+    assert {row["name"] for row in record["probes"]} == {"coefficients", "norms"}  # the default live probe
     assert "Finished 30 steps" in at.success[0].value
     assert {"Spec (JSON)", "Run (JSON)", "History (CSV)"} <= {b.proto.label for b in at.get("download_button")}
 

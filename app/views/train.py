@@ -21,6 +21,9 @@ from explorer_app import figures, limits, messages, spec_form, state, uploads
 
 REFRESH_S = 0.3  # live view refresh period while a job is active (about 3 redraws per second)
 LIVE_PROBE = "coefficients"  # always probed: the heatmap
+# The probe shown beside it until the user picks another: norms per block apply to every model and cost
+# about one forward pass. The Jacobian spectrum (a backward pass per output) cut a ViT's training 7x.
+DEFAULT_PROBE = "norms"
 probe_names = [name for name in explorer.registry("probes") if name != LIVE_PROBE]
 caps = limits.limits()
 
@@ -87,7 +90,7 @@ if spec is not None:
 
 # ---- what to watch -----------------------------------------------------------------------------
 left, middle, right = st.columns([2, 1, 1])
-probe_name = left.selectbox("Live probe", probe_names, key="train-probe",
+probe_name = left.selectbox("Live probe", probe_names, key="train-probe", index=probe_names.index(DEFAULT_PROBE),
                             help="Computed on a fixed validation batch while the run trains.")
 left.caption(explorer.registry("probes").describe()[probe_name])  # in full: the select cut it off
 probe_every = middle.number_input("probe every (steps)", min_value=1, max_value=100_000, value=50, key="train-probe-every")
