@@ -120,15 +120,32 @@ def _axis_title(text: str, log: bool) -> str:
 
 def _log_axis(values: Any = None) -> dict[str, Any]:
     """The one log-axis style: labels at powers of ten written as 10^k (no "8 9 1" minor labels, no SI
-    prefixes such as "100n"); an axis spanning less than a decade also labels 2 and 5 times them."""
+    prefixes such as "100n"). An axis spanning less than a decade has at most one power of ten in it, so it
+    is labelled at three to seven round values instead (`_round_ticks`: 1.2, 1.4, 1.6 for losses 1.21-1.58)."""
     style = dict(type="log", exponentformat="power", showexponent="all", minor=dict(showgrid=True))
     arr = np.asarray([v for v in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(v) and v > 0]) \
         if values is not None else np.array([])
     if arr.size and np.log10(arr.max() / arr.min()) < 1.0:
-        style["dtick"] = "D2"
+        ticks = _round_ticks(float(arr.min()), float(arr.max()))
+        style.update(tickmode="array", tickvals=ticks, ticktext=[f"{t:.4g}" for t in ticks])
     else:
         style["dtick"] = 1
     return style
+
+
+def _round_ticks(low: float, high: float) -> list[float]:
+    """Three to seven round values (steps of 1, 2 or 5 times a power of ten) in [low, high], widened by 10%
+    on each side in log terms (the axis pads its range); a single value gets itself and its neighbours."""
+    pad = (high / low) ** 0.1 if high > low else 1.2
+    low, high = low / pad, high * pad
+    step = 10.0 ** math.ceil(math.log10(high - low))
+    while True:
+        for factor in (1.0, 0.5, 0.2):
+            ticks = np.arange(math.ceil(low / (step * factor)), math.floor(high / (step * factor)) + 1) * step * factor
+            ticks = ticks[ticks > 0]
+            if len(ticks) >= 3:
+                return [float(f"{t:.6g}") for t in ticks]
+        step /= 10.0
 
 
 def _plotted_y(fig: go.Figure) -> list[float]:

@@ -197,3 +197,43 @@ def test_jobs_share_the_cores_without_oversubscribing(worker_pool):
     queue.threads = 3
     job = queue.submit(SPEC.with_values({"train.steps": 5}), "t", record=False)
     assert jobs.wait(job).status == "finished" and job.worker_threads == 3
+
+
+def test_jobs_run_on_a_local_ray_with_the_same_protocol(monkeypatch):
+    """RAY_ADDRESS set: the server's jobs go to Ray actors (here a private local Ray): they train, record,
+    pause, step and stop like local workers, and an actor killed mid-run is an error, then replaced."""
+    ray = pytest.importorskip("ray")
+    from explorer_app import workers
+
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    assert workers.default_backend() == "ray"  # what the app's pool uses when RAY_ADDRESS is set
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    pool = workers.WorkerPool(1, backend="ray")
+    try:
+        queue = jobs.JobQueue(1, store=explorer.RunStore(), pool=pool)
+        view = jobs.wait(queue.submit(SPEC, "on ray", probes={"coefficients": {}}, probe_every=10), timeout=600)
+        assert view.status == "finished" and view.steps_done == 40 and view.probe_step == 40
+        assert [row["loss"] for row in view.history] == pytest.approx(
+            [row["loss"] for row in explorer.train(SPEC).history], rel=1e-5)
+        assert explorer.RunStore().get(view.run_id)["status"] == "finished"
+
+        job = queue.submit(LONG, "controlled")
+        job.pause()
+        wait_for(lambda: job.view().status == "paused" and job.view().history)
+        held = job.view().steps_done
+        job.step()
+        wait_for(lambda: job.view().status == "paused" and job.view().steps_done == held + 5)
+        job.stop()
+        assert jobs.wait(job).status == "stopped"
+
+        doomed = queue.submit(LONG, "doomed")
+        wait_for(lambda: doomed.view().history and doomed.run_id)
+        os.kill(doomed.worker_pid, signal.SIGKILL)  # the actor's process (a local Ray runs it on this machine)
+        view = jobs.wait(doomed)
+        assert view.status == "error" and "Ray worker died" in view.error
+        assert explorer.RunStore().get(view.run_id, arrays=False)["status"] == "error"
+        assert jobs.wait(queue.submit(SPEC, "after", record=False), timeout=600).status == "finished"
+    finally:
+        pool.close()
+        ray.shutdown()

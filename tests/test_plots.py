@@ -434,9 +434,15 @@ def test_one_log_axis_format_across_figures():
             layout = fig.to_dict()["layout"][axis]
             if layout.get("type") == "log":
                 assert layout["exponentformat"] == "power", (fig.layout.title.text, axis)
-                assert layout["dtick"] in (1, "D2")
-    # less than a decade: 1-2-5 labels, not every digit ("8 9 1")
-    assert plots.norms_by_layer({"a": [1.0, 1.5, 2.0]}, "n", log_y=True).layout.yaxis.dtick == "D2"
+                assert layout.get("dtick") == 1 or layout.get("tickmode") == "array"
+    # less than a decade: round labels inside the range, not every digit ("8 9 1") and never none at all
+    for low, high in ((1.0, 2.0), (1.21, 1.58), (0.0213, 0.0241), (3e-5, 2.9e-4), (7.0, 7.0)):
+        axis = plots.norms_by_layer({"a": [low, (low + high) / 2, high]}, "n", log_y=True).layout.yaxis
+        inside = [t for t in axis.tickvals if low / 1.3 <= t <= high * 1.3]
+        assert 3 <= len(inside) <= 7 and len(inside) == len(axis.tickvals), (low, high, axis.tickvals)
+        steps = np.diff(axis.tickvals)
+        assert np.allclose(steps, steps[0]), axis.tickvals  # evenly spaced round values
+        assert list(axis.ticktext) == [f"{t:.4g}" for t in axis.tickvals]
 
 
 def test_learnable_topology_heatmap_defaults_to_the_learned_coefficients():

@@ -308,7 +308,6 @@ class JobQueue:
             raise ValueError(f"max_jobs must be at least 1, got {max_jobs}")
         self.max_jobs, self.store = max_jobs, store
         self.max_per_session, self.grace_s = max_per_session, grace_s
-        self.threads = threads_per_job(max_jobs)
         self._cond = threading.Condition()
         self._waiting: deque = deque()  # Jobs and slot() tickets, first come first served
         self._running = 0
@@ -317,6 +316,8 @@ class JobQueue:
         self._gone_since: dict[str, float] = {}
         self.reap_every = reap_every
         self.pool = pool if pool is not None else WorkerPool(max_jobs)
+        # a Ray actor holds one CPU of its node; local workers share this machine's cores
+        self.threads = 1 if self.pool.backend == "ray" else threads_per_job(max_jobs)
         if alive is not None and reap_every is not None:
             threading.Thread(target=self._reap_forever, name="explorer-job-reaper", daemon=True).start()
 

@@ -12,7 +12,7 @@ from explorer.cache import LRUCache
 from explorer.runs import home
 from explorer_app.jobs import Job, JobQueue, SessionLimit  # noqa: F401  (SessionLimit: for the pages)
 from explorer_app.limits import limits
-from explorer_app.workers import WorkerPool
+from explorer_app.workers import WorkerPool, default_backend
 
 CLAIM_ROWS_BYTES = 20_000_000  # claim result rows kept server-wide (a row is a few kB)
 
@@ -63,7 +63,7 @@ def _job_queue(max_jobs: int, root: str, per_session: int, grace_s: int) -> JobQ
 
 @st.cache_resource(show_spinner=False)
 def _pool(size: int) -> WorkerPool:
-    return WorkerPool(size)
+    return WorkerPool(size, backend=default_backend())
 
 
 @st.cache_resource(show_spinner=False)

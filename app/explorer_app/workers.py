@@ -313,11 +313,134 @@ class Worker:
         self._conn.close()
 
 
-class WorkerPool:
-    """Pre-started worker processes, reused across jobs; `size` are kept warm (a dead one is replaced)."""
+# ---- workers on a Ray cluster ---------------------------------------------------------------------
 
-    def __init__(self, size: int, start_method: str = "spawn"):
-        self.size = size
+_RAY_HOST = None  # the actor class, made at the first RayWorker
+
+
+class _RayHost:
+    """A Ray actor hosting one worker: `worker_main` runs in a thread of the actor's process and talks over
+    a local pipe, so a job on the cluster speaks exactly the protocol of a local worker. `send` and `receive`
+    relay pickled messages; they run in concurrency groups of their own, so a receive that waits for the
+    next event never holds back a Pause."""
+
+    def __init__(self):
+        self._conn, child = multiprocessing.Pipe(duplex=True)
+        threading.Thread(target=worker_main, args=(child,), name="explorer-worker", daemon=True).start()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def send(self, data: bytes) -> None:
+        self._conn.send_bytes(data)
+
+    def receive(self, timeout: float) -> list[bytes]:
+        """The events waiting (at most 256), after up to `timeout` seconds for the first."""
+        events = []
+        if self._conn.poll(timeout):
+            while len(events) < 256 and self._conn.poll(0):
+                events.append(self._conn.recv_bytes())
+        return events
+
+
+def _ray_host():
+    """The Ray actor class (Ray is imported only when RAY_ADDRESS asks for it). The actor carries this
+    package (`py_modules`): the cluster needs `explorer` and torch installed, not the app."""
+    import ray
+
+    global _RAY_HOST
+    if _RAY_HOST is None:
+        import explorer_app
+
+        _RAY_HOST = ray.remote(num_cpus=1, concurrency_groups={"send": 1, "receive": 1})(_RayHost).options(
+            runtime_env={"py_modules": [os.path.dirname(explorer_app.__file__)]})
+    return _RAY_HOST
+
+
+def ray_address() -> str | None:
+    """The Ray cluster the server's jobs go to: RAY_ADDRESS when set (e.g. ray://head:10001, or "local"
+    to start a private one), else None."""
+    return os.environ.get("RAY_ADDRESS") or None
+
+
+def default_backend() -> str:
+    """Where the server's jobs run: "ray" when RAY_ADDRESS is set, else "local" (worker processes here)."""
+    return "ray" if ray_address() else "local"
+
+
+class RayWorker:
+    """The parent's handle on a worker hosted by a Ray actor; the same methods as `Worker`."""
+
+    def __init__(self):
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=ray_address(), include_dashboard=False, log_to_driver=False)
+        self._ray = ray
+        self._actor = _ray_host().remote()
+        self._events: list = []
+        self._dead: str | None = None
+        self.pid = None
+        self.ready = False
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        message = self.receive(timeout)
+        if message is None or message[0] != "ready":
+            self.kill()
+            raise WorkerDied(f"the Ray worker did not start in {timeout:.0f} s")
+        self.pid = message[1]  # the actor's process id, on whichever node it runs
+        self.ready = True
+
+    def send(self, message) -> bool:
+        """Send a message and wait until the actor has it (so messages arrive in order); False when it is
+        gone."""
+        if self._dead is not None:
+            return False
+        try:
+            call = self._actor.send.options(concurrency_group="send")
+            self._ray.get(call.remote(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)), timeout=60)
+            return True
+        except Exception as error:  # noqa: BLE001  (RayActorError, GetTimeoutError: receive() reports it)
+            self._dead = f"the Ray worker died: {type(error).__name__}: {error}"
+            return False
+
+    def receive(self, timeout: float):
+        """The next event, None when none came within `timeout`; WorkerDied when the actor is gone."""
+        if not self._events:
+            if self._dead is not None:
+                raise WorkerDied(self._dead)
+            try:
+                call = self._actor.receive.options(concurrency_group="receive")
+                self._events = [pickle.loads(data) for data in
+                                self._ray.get(call.remote(timeout), timeout=timeout + 60)]
+            except Exception as error:  # noqa: BLE001  (the actor died, was killed, or its node went)
+                self._dead = f"the Ray worker died: {type(error).__name__}: {error}"
+                raise WorkerDied(self._dead) from None
+        return self._events.pop(0) if self._events else None
+
+    def death(self) -> str:
+        return self._dead or "the Ray worker died"
+
+    @property
+    def alive(self) -> bool:
+        return self._dead is None
+
+    def kill(self) -> None:
+        self._dead = self._dead or "the Ray worker was stopped"
+        try:
+            self._ray.kill(self._actor)
+        except Exception:  # noqa: BLE001  (already gone)
+            pass
+
+
+class WorkerPool:
+    """Pre-started workers, reused across jobs; `size` are kept warm (a dead one is replaced). `backend`:
+    "local" (processes of this machine) or "ray" (actors on the cluster at RAY_ADDRESS, `RayWorker`)."""
+
+    def __init__(self, size: int, start_method: str = "spawn", backend: str = "local"):
+        if backend not in ("local", "ray"):
+            raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
+        self.size, self.backend = size, backend
         self._context = multiprocessing.get_context(start_method)
         self._cond = threading.Condition()
         self._idle: list[Worker] = []
@@ -345,7 +468,7 @@ class WorkerPool:
     def _start_one(self) -> None:
         worker = None
         try:
-            worker = Worker(self._context)
+            worker = RayWorker() if self.backend == "ray" else Worker(self._context)
             worker.wait_ready()
         except Exception as error:  # noqa: BLE001  (take() says why)
             worker = None
