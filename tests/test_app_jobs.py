@@ -208,8 +208,7 @@ def test_jobs_run_on_a_local_ray_with_the_same_protocol(monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "local")
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     assert workers.default_backend() == "ray"  # what the app's pool uses when RAY_ADDRESS is set
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    pool = workers.WorkerPool(1, backend="ray")
+    pool = workers.WorkerPool(1, backend="ray")  # its first worker starts the private Ray RAY_ADDRESS names
     try:
         queue = jobs.JobQueue(1, store=explorer.RunStore(), pool=pool)
         view = jobs.wait(queue.submit(SPEC, "on ray", probes={"coefficients": {}}, probe_every=10), timeout=600)

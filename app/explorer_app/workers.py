@@ -344,16 +344,16 @@ class _RayHost:
 
 
 def _ray_host():
-    """The Ray actor class (Ray is imported only when RAY_ADDRESS asks for it). The actor carries this
-    package (`py_modules`): the cluster needs `explorer` and torch installed, not the app."""
+    """The Ray actor class (Ray is imported only when RAY_ADDRESS asks for it). This module travels to the
+    cluster by value (its code is pickled, not imported there): the nodes need `explorer` and torch
+    installed, not the app."""
     import ray
+    from ray import cloudpickle
 
     global _RAY_HOST
     if _RAY_HOST is None:
-        import explorer_app
-
-        _RAY_HOST = ray.remote(num_cpus=1, concurrency_groups={"send": 1, "receive": 1})(_RayHost).options(
-            runtime_env={"py_modules": [os.path.dirname(explorer_app.__file__)]})
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        _RAY_HOST = ray.remote(num_cpus=1, concurrency_groups={"send": 1, "receive": 1})(_RayHost)
     return _RAY_HOST
 
 
@@ -368,14 +368,41 @@ def default_backend() -> str:
     return "ray" if ray_address() else "local"
 
 
+_RAY_LOCK = threading.Lock()
+
+
+def _connect_ray() -> None:
+    """ray.init (once) in a thread that lives as long as the server: a private Ray ("local") is a set of
+    processes that die with the *thread* that started them (Linux's parent-death signal), and workers are
+    started from short-lived threads."""
+    import ray
+
+    with _RAY_LOCK:
+        if ray.is_initialized():
+            return
+        started, failure = threading.Event(), []
+
+        def own() -> None:
+            try:
+                ray.init(address=ray_address(), include_dashboard=False, log_to_driver=False)
+            except Exception as error:  # noqa: BLE001  (raised in the caller)
+                failure.append(error)
+            started.set()
+            threading.Event().wait()
+
+        threading.Thread(target=own, name="explorer-ray", daemon=True).start()
+        started.wait()
+        if failure:
+            raise failure[0]
+
+
 class RayWorker:
     """The parent's handle on a worker hosted by a Ray actor; the same methods as `Worker`."""
 
     def __init__(self):
         import ray
 
-        if not ray.is_initialized():
-            ray.init(address=ray_address(), include_dashboard=False, log_to_driver=False)
+        _connect_ray()
         self._ray = ray
         self._actor = _ray_host().remote()
         self._events: list = []
