@@ -30,11 +30,26 @@ async def warm_up(app):
     from explorer import plots
 
     plots.loss_curves([{"label": "warm-up", "history": [{"step": 0, "loss": 1.0}]}], title="warm-up").to_json()
+    start_first_worker()
     # The 300,000 objects those imports made live as long as the server: moved out of the collector's reach,
     # a full collection takes microseconds instead of 0.2 s (the server has one interpreter for all pages).
     gc.collect()
     gc.freeze()
     yield
+
+
+def start_first_worker() -> None:
+    """Start one training worker now, beside these imports: it imports torch and trains a two-step warm-up
+    (about 5 s of a core), so a click on Train on a fresh server need not wait for it. The other workers
+    start after the first page that trains (streamlit_app.py)."""
+    from explorer_app.limits import LimitError, limits
+    from explorer_app.workers import shared_pool
+
+    try:
+        max_jobs = limits().max_jobs
+    except LimitError:  # every page says what is misconfigured
+        return
+    shared_pool(max_jobs).warm(count=1)
 
 
 app = st.App("streamlit_app.py", lifespan=warm_up)

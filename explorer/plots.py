@@ -79,6 +79,7 @@ PALETTE: tuple[str, ...] = (
 #: spectra draw them on a floor at that level, with a note, instead of stretching the axis to 1e-50.
 NUMERICAL_ZERO = float(np.finfo(np.float32).eps)
 TEMPLATE = "plotly_white"
+MAX_DECADE_LABELS = 8  # a log axis labels at most about this many powers of ten (more overlap in a short figure)
 _FMT = ".6g"  # hover number format: enough digits to read the exact value
 PNG_FIX = (
     "PNG export needs the optional `kaleido` package and a Chromium/Chrome browser: "
@@ -120,16 +121,17 @@ def _axis_title(text: str, log: bool) -> str:
 
 def _log_axis(values: Any = None) -> dict[str, Any]:
     """The one log-axis style: labels at powers of ten written as 10^k (no "8 9 1" minor labels, no SI
-    prefixes such as "100n"). An axis spanning less than a decade has at most one power of ten in it, so it
+    prefixes such as "100n"), every power up to MAX_DECADE_LABELS decades and every n-th beyond. An axis spanning less than a decade has at most one power of ten in it, so it
     is labelled at three to seven round values instead (`_round_ticks`: 1.2, 1.4, 1.6 for losses 1.21-1.58)."""
     style = dict(type="log", exponentformat="power", showexponent="all", minor=dict(showgrid=True))
     arr = np.asarray([v for v in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(v) and v > 0]) \
         if values is not None else np.array([])
-    if arr.size and np.log10(arr.max() / arr.min()) < 1.0:
+    decades = float(np.log10(arr.max() / arr.min())) if arr.size else 0.0
+    if arr.size and decades < 1.0:
         ticks = _round_ticks(float(arr.min()), float(arr.max()))
         style.update(tickmode="array", tickvals=ticks, ticktext=[f"{t:.4g}" for t in ticks])
-    else:
-        style["dtick"] = 1
+    else:  # every power of ten up to 8 decades, then every second, third...: 10^k labels never overlap
+        style["dtick"] = max(1, math.ceil(decades / MAX_DECADE_LABELS))
     return style
 
 

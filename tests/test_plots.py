@@ -435,6 +435,9 @@ def test_one_log_axis_format_across_figures():
             if layout.get("type") == "log":
                 assert layout["exponentformat"] == "power", (fig.layout.title.text, axis)
                 assert layout.get("dtick") == 1 or layout.get("tickmode") == "array"
+    # many decades (a linear net's loss from 10 down to float32's floor): every second power, labels apart
+    deep = plots.loss_curves([_run("a", [10.0, 1e-3, 1e-9, 1e-14])]).layout.yaxis
+    assert deep.dtick == 2 and deep.exponentformat == "power"
     # less than a decade: round labels inside the range, not every digit ("8 9 1") and never none at all
     for low, high in ((1.0, 2.0), (1.21, 1.58), (0.0213, 0.0241), (3e-5, 2.9e-4), (7.0, 7.0)):
         axis = plots.norms_by_layer({"a": [low, (low + high) / 2, high]}, "n", log_y=True).layout.yaxis

@@ -12,7 +12,7 @@ from explorer.cache import LRUCache
 from explorer.runs import home
 from explorer_app.jobs import Job, JobQueue, SessionLimit  # noqa: F401  (SessionLimit: for the pages)
 from explorer_app.limits import limits
-from explorer_app.workers import WorkerPool, default_backend
+from explorer_app.workers import shared_pool
 
 CLAIM_ROWS_BYTES = 20_000_000  # claim result rows kept server-wide (a row is a few kB)
 
@@ -58,12 +58,7 @@ def store() -> explorer.RunStore:
 @st.cache_resource(show_spinner=False)
 def _job_queue(max_jobs: int, root: str, per_session: int, grace_s: int) -> JobQueue:
     return JobQueue(max_jobs, store=_store(root), max_per_session=per_session, alive=session_alive, grace_s=grace_s,
-                    pool=_pool(max_jobs))
-
-
-@st.cache_resource(show_spinner=False)
-def _pool(size: int) -> WorkerPool:
-    return WorkerPool(size, backend=default_backend())
+                    pool=shared_pool(max_jobs))
 
 
 @st.cache_resource(show_spinner=False)

@@ -460,6 +460,20 @@ class RayWorker:
             pass
 
 
+_SHARED: dict = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_pool(size: int, backend: str | None = None) -> "WorkerPool":
+    """The server's pool of `size` workers (one per size and backend for the life of the process): the
+    server's start-up warms it before any page has run, and the pages' job queue uses the same one."""
+    backend = backend or default_backend()
+    with _SHARED_LOCK:
+        if (size, backend) not in _SHARED:
+            _SHARED[size, backend] = WorkerPool(size, backend=backend)
+        return _SHARED[size, backend]
+
+
 class WorkerPool:
     """Pre-started workers, reused across jobs; `size` are kept warm (a dead one is replaced). `backend`:
     "local" (processes of this machine) or "ray" (actors on the cluster at RAY_ADDRESS, `RayWorker`)."""
@@ -476,12 +490,14 @@ class WorkerPool:
         self._closed = False
         self._failures, self._failure = 0, ""  # workers that failed to start, and why the last one did
 
-    def warm(self, delay: float = 0.0) -> None:
-        """Start workers in the background until `size` exist (returns at once), the first after `delay`
-        seconds. They start one after another: on a small CPU the first is ready for a click twice as soon
-        as when all start at once, and a delay leaves the cores to the browser while it draws the page."""
+    def warm(self, delay: float = 0.0, count: int | None = None) -> None:
+        """Start workers in the background until `count` (default `size`) exist (returns at once), the first
+        after `delay` seconds. They start one after another: on a small CPU the first is ready for a click
+        twice as soon as when all start at once, and a delay leaves the cores to the browser while it draws
+        the page."""
+        want = self.size if count is None else min(count, self.size)
         with self._cond:
-            missing = max(self.size - len(self._idle) - len(self._busy) - self._starting, 0)
+            missing = max(want - len(self._idle) - len(self._busy) - self._starting, 0)
             self._starting += missing
         if missing:
             threading.Thread(target=self._start_several, args=(missing, delay), name="explorer-worker-start",

@@ -19,7 +19,8 @@ from explorer import plots
 from explorer.registry import SpecError
 from explorer_app import figures, limits, messages, spec_form, state, uploads
 
-REFRESH_S = 0.3  # live view refresh period while a job is active (about 3 redraws per second)
+REFRESH_S = 0.2  # the loss chart's refresh period while a job is active (up to 5 redraws per second)
+PROBE_REFRESH_S = 1.0  # the heatmap's and the live probe's refresh period (results come every `probe every` steps)
 LIVE_PROBE = "coefficients"  # always probed: the heatmap
 # The probe shown beside it until the user picks another: norms per block apply to every model and cost
 # about one forward pass. The Jacobian spectrum (a backward pass per output) cut a ViT's training 7x.
@@ -139,7 +140,7 @@ def read_view(job):
 
 
 def live_view() -> None:
-    """Controls, status and charts; button callbacks run before this, so the state read here is current."""
+    """Controls, status and the loss chart; button callbacks run before this, so the state read here is current."""
     job = current_job()
     view = read_view(job) if job else None
     active = bool(view and view.active)
@@ -171,7 +172,7 @@ def live_view() -> None:
         empty_loss_chart()
         return
     show_status(view)
-    show_charts(view)
+    show_loss(view)
     if view.active != active_at_last_run():
         st.rerun(scope="app")  # switch the refresh timer on or off
 
@@ -210,13 +211,24 @@ def empty_loss_chart() -> None:
     figures.show(fig, key="train-loss", downloads=False)
 
 
-def show_charts(view) -> None:
+def show_loss(view) -> None:
     if not view.history:
         st.caption("Waiting for the first logged step...")
         empty_loss_chart()
         return
     figures.show(plots.loss_curves([view.as_run()], title=f"{view.label}: loss"), key="train-loss",
                  name="train-loss")
+
+
+def probe_view() -> None:
+    """The shortcut heatmap and the live probe's figures, in a fragment of their own that refreshes every
+    PROBE_REFRESH_S while the run trains: a result comes every `probe every` steps, and redrawing two more
+    charts at the loss chart's rate cost the browser (on the same small machine as the server and the
+    training) more than the loss chart itself."""
+    job = current_job()
+    if job is None:
+        return
+    view = job.view(since=10**12)  # the probes only: no history rows
     heatmap, probe_figs = probe_charts(view)
     heat, probe_col = st.columns(2)
     with heat:
@@ -251,6 +263,7 @@ def probe_charts(view) -> tuple:
 active = bool(current_job() and current_job().active)
 st.session_state["train-active"] = active
 st.fragment(run_every=REFRESH_S if active else None)(live_view)()
+st.fragment(run_every=PROBE_REFRESH_S if active else None)(probe_view)()
 
 # ---- downloads (the run's files are read from the store only when clicked) -----------------------
 def history_csv(rows: list[dict]) -> str:

@@ -14,7 +14,6 @@ import math
 import os
 import pickle
 import zlib
-from functools import lru_cache
 
 import numpy as np
 import torch
@@ -22,7 +21,7 @@ import torch.nn.functional as F
 
 from explorer.data.base import DATASETS, SEED
 from explorer.data.files import local_path
-from explorer.data.tabular import VAL_FRACTION, _split_standardize
+from explorer.data.tabular import VAL_FRACTION, _split_standardize, digits_arrays
 from explorer.registry import Param, SpecError
 
 
@@ -37,17 +36,6 @@ def _standardize_channels(x_train: torch.Tensor, x_val: torch.Tensor) -> tuple[t
 # ---- digits as images ------------------------------------------------------------------
 
 DIGIT_SIZES = (8, 16, 32)
-
-
-@lru_cache(maxsize=1)
-def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
-    """sklearn's digits as read-only arrays: images (1797, 8, 8) float32 0..16, labels int64 (parsed once)."""
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    images, target = bunch.images.astype(np.float32), bunch.target.astype(np.int64)
-    images.flags.writeable = target.flags.writeable = False
-    return images, target
 
 
 def _check_digits_images(p):
@@ -69,7 +57,7 @@ def _check_digits_images(p):
 )
 def digits_images(size: int, val_fraction: float, seed: int):
     """scikit-learn's bundled digits (no download); the same split as `digits` for the same seed."""
-    images, target = _digits_arrays()
+    images, target = digits_arrays()
     # tabular's shuffle-and-split, applied to example indices (the dummy feature is discarded)
     _, train_index, _, val_index = _split_standardize(np.zeros((len(images), 1)), np.arange(len(images)),
                                                       val_fraction, seed)
