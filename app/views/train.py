@@ -19,7 +19,7 @@ from explorer import plots
 from explorer.registry import SpecError
 from explorer_app import figures, limits, messages, spec_form, state, uploads
 
-REFRESH_S = 0.2  # the loss chart's refresh period while a job is active (up to 5 redraws per second)
+REFRESH_S = 0.3  # the loss chart's refresh period while a job is active (about 3 redraws per second)
 PROBE_REFRESH_S = 1.0  # the heatmap's and the live probe's refresh period (results come every `probe every` steps)
 LIVE_PROBE = "coefficients"  # always probed: the heatmap
 # The probe shown beside it until the user picks another: norms per block apply to every model and cost
