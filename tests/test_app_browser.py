@@ -12,6 +12,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import urllib.parse
 import sys
 from pathlib import Path
@@ -103,3 +104,51 @@ def test_a_hostile_link_renders_as_text(app, query):
     assert page.get_by_text("example.invalid").count() >= 1  # the value is quoted, as text
     assert fetched == []
     assert browsing.exceptions(page) == 0
+
+
+def server_workers(server_pid: int) -> list[int]:
+    """The server's training worker processes (its "spawn" children; not multiprocessing's resource tracker)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            command = (proc / "cmdline").read_bytes().decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == server_pid and "spawn_main" in command:
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker processes in /proc (Linux)")
+def test_the_queue_and_a_killed_worker_in_two_tabs(app, tmp_path):
+    """EXPLORER_MAX_JOBS=1: a second tab's run waits with its place shown; killing the worker that trains
+    the first tab's run shows that run's error (no exception box), and the waiting run then trains on a
+    fresh worker: the server goes on serving. (Two new tabs of the module's browser, on a server of its own.)"""
+    spec = explorer.preset(browsing.PRESET).with_values({"train.steps": 20_000, "train.log_every": 10})
+    context = app[1].context
+    with browsing.serve(tmp_path / "home", env={"EXPLORER_MAX_JOBS": "1"}) as base:
+        page, other = context.new_page(), context.new_page()
+        for tab in (page, other):
+            tab.goto(browsing.train_page_url(base, spec))
+            browsing.wait_ready(tab)
+        page.locator(".st-key-train-start button").click()
+        page.wait_for_function(f"() => ({browsing.LOSS_POINTS})() > 0", timeout=120_000)
+        other.locator(".st-key-train-start button").click()
+        other.get_by_text("this one is number 1 in line").wait_for(timeout=60_000)
+        workers = server_workers(base.pid)
+        assert len(workers) == 1, workers
+        os.kill(workers[0], signal.SIGKILL)
+        page.get_by_text("The run failed: the worker process died: exit code -9").wait_for(timeout=60_000)
+        other.wait_for_function(f"() => ({browsing.LOSS_POINTS})() > 0", timeout=180_000)  # a fresh worker
+        assert other.get_by_text("in line").count() == 0
+        assert [pid for pid in server_workers(base.pid) if pid != workers[0]]
+        other.locator(".st-key-train-stop button").click()
+        other.get_by_text("stopped", exact=False).first.wait_for(timeout=60_000)
+        assert browsing.exceptions(page) == 0 and browsing.exceptions(other) == 0
+        runs = {run["status"] for run in explorer.RunStore(tmp_path / "home").list()}
+        assert runs == {"error", "stopped"}, runs
+        page.close()
+        other.close()
