@@ -503,6 +503,17 @@ class WorkerPool:
             threading.Thread(target=self._start_several, args=(missing, delay), name="explorer-worker-start",
                              daemon=True).start()
 
+    def wait_started(self, count: int = 1, timeout: float = READY_TIMEOUT_S) -> bool:
+        """Block until `count` workers have started (idle or busy) or `timeout` seconds passed; whether they have."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._idle) + len(self._busy) < min(count, self.size):
+                left = deadline - time.monotonic()
+                if left <= 0 or self._closed:
+                    return False
+                self._cond.wait(min(left, 0.5))
+        return True
+
     def _start_several(self, count: int, delay: float = 0.0) -> None:
         time.sleep(delay)
         for _ in range(count):
