@@ -152,3 +152,19 @@ def test_the_queue_and_a_killed_worker_in_two_tabs(app, tmp_path):
         assert runs == {"error", "stopped"}, runs
         page.close()
         other.close()
+
+
+def test_the_servers_memory_stays_bounded_over_runs_and_claims(app):
+    """Issue 17's memory bound at CI size: models and data live in the workers and the caches are bounded, so
+    the server's resident memory after 20 more runs and one paper's claims (fast mode, from the Papers page)
+    stays under 1.5x its memory after the first run. (The benchmark does 50 runs and every paper: 1.05x.)"""
+    base, page, home = app
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values(browsing.TOY)
+    browsing.train_on_page(page, base, spec)
+    first = browsing.rss_mb(base.pid)
+    for _ in range(20):
+        assert browsing.train_on_page(page, base, spec)["exceptions"] == 0
+    assert browsing.run_every_claim(page, base, timeout_ms=600_000, tabs=("IDInit",)) == 0
+    after = browsing.rss_mb(base.pid)
+    print(f"server RSS {first:.0f} MB after the first run, {after:.0f} MB after 20 more and IDInit's claims")
+    assert after < 1.5 * first, (first, after)
