@@ -23,6 +23,20 @@ def wait_for(predicate, timeout=300.0):
     raise AssertionError("condition not reached in time")
 
 
+def held_at(job, quiet_s: float = 1.0) -> int:
+    """The logged step a job asked to pause holds at. The page shows "paused" at once, but a worker that had
+    already started trains on to its next logged step before it reads the message: wait until the job says
+    paused and its step count has not moved for `quiet_s` seconds."""
+    wait_for(lambda: job.view().status == "paused" and job.view().history)
+    held, since = job.view().steps_done, time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        time.sleep(0.05)
+        now = job.view().steps_done
+        if now != held:
+            held, since = now, time.monotonic()
+    return held
+
+
 def test_a_job_trains_in_a_worker_records_and_matches_a_plain_run(worker_pool):
     queue = jobs.JobQueue(1, store=explorer.RunStore(), pool=worker_pool)
     job = queue.submit(SPEC, "a", probes={"coefficients": {}}, probe_every=10)
@@ -60,8 +74,7 @@ def test_the_queue_runs_at_most_max_jobs_in_submission_order(worker_pool):
 def test_pause_step_and_stop_act_at_logged_steps(worker_pool):
     job = jobs.JobQueue(1, pool=worker_pool).submit(SPEC, "p", record=False)
     job.pause()
-    wait_for(lambda: job.view().status == "paused" and job.view().history)
-    held = job.view().steps_done
+    held = held_at(job)
     time.sleep(0.3)
     assert job.view().steps_done == held  # paused means no training
     job.step()
@@ -219,8 +232,7 @@ def test_jobs_run_on_a_local_ray_with_the_same_protocol(monkeypatch):
 
         job = queue.submit(LONG, "controlled")
         job.pause()
-        wait_for(lambda: job.view().status == "paused" and job.view().history)
-        held = job.view().steps_done
+        held = held_at(job)
         job.step()
         wait_for(lambda: job.view().status == "paused" and job.view().steps_done == held + 5)
         job.stop()
