@@ -121,8 +121,9 @@ def _axis_title(text: str, log: bool) -> str:
 
 def _log_axis(values: Any = None) -> dict[str, Any]:
     """The one log-axis style: labels at powers of ten written as 10^k (no "8 9 1" minor labels, no SI
-    prefixes such as "100n"), every power up to MAX_DECADE_LABELS decades and every n-th beyond. An axis spanning less than a decade has at most one power of ten in it, so it
-    is labelled at three to seven round values instead (`_round_ticks`: 1.2, 1.4, 1.6 for losses 1.21-1.58)."""
+    prefixes such as "100n"), every power up to MAX_DECADE_LABELS decades and every n-th beyond. An axis
+    spanning less than a decade has at most one power of ten in it, so it is labelled at three to seven round
+    values instead (`_round_ticks`: 1.2, 1.4, 1.6 for losses 1.21-1.58)."""
     style = dict(type="log", exponentformat="power", showexponent="all", minor=dict(showgrid=True))
     arr = np.asarray([v for v in np.ravel(np.asarray(values, dtype=float)) if np.isfinite(v) and v > 0]) \
         if values is not None else np.array([])

@@ -21,6 +21,8 @@ with the exit code, and the pool starts a fresh worker in its place.
 
 from __future__ import annotations
 
+import collections
+import functools
 import io
 import multiprocessing
 import os
@@ -123,8 +125,9 @@ def worker_main(conn) -> None:
 
 def _warm_up() -> None:
     """Train the default experiment (digits, an MLP, Adam) for two steps with two live probes: the first
-    run in a process imports scikit-learn, torch's compiler stack (the optimizers load it) and torch.func,
-    seconds on a small CPU that would otherwise come between a click on Train and its first loss."""
+    run in a process reads the digits, imports torch's compiler stack (the optimizers load it) and
+    torch.func, seconds on a small CPU that would otherwise come between a click on Train and its first
+    loss."""
     import explorer
 
     spec = explorer.ExperimentSpec.default().with_values({"train.steps": 2, "train.log_every": 1})
@@ -315,9 +318,6 @@ class Worker:
 
 # ---- workers on a Ray cluster ---------------------------------------------------------------------
 
-_RAY_HOST = None  # the actor class, made at the first RayWorker
-
-
 class _RayHost:
     """A Ray actor hosting one worker: `worker_main` runs in a thread of the actor's process and talks over
     a local pipe, so a job on the cluster speaks exactly the protocol of a local worker. `send` and `receive`
@@ -343,18 +343,16 @@ class _RayHost:
         return events
 
 
+@functools.lru_cache(maxsize=1)
 def _ray_host():
-    """The Ray actor class (Ray is imported only when RAY_ADDRESS asks for it). This module travels to the
-    cluster by value (its code is pickled, not imported there): the nodes need `explorer` and torch
-    installed, not the app."""
+    """The Ray actor class, made once (Ray is imported only when RAY_ADDRESS asks for it). This module
+    travels to the cluster by value (its code is pickled, not imported there): the nodes need `explorer`
+    and torch installed, not the app."""
     import ray
     from ray import cloudpickle
 
-    global _RAY_HOST
-    if _RAY_HOST is None:
-        cloudpickle.register_pickle_by_value(sys.modules[__name__])
-        _RAY_HOST = ray.remote(num_cpus=1, concurrency_groups={"send": 1, "receive": 1})(_RayHost)
-    return _RAY_HOST
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    return ray.remote(num_cpus=1, concurrency_groups={"send": 1, "receive": 1})(_RayHost)
 
 
 def ray_address() -> str | None:
@@ -405,7 +403,7 @@ class RayWorker:
         _connect_ray()
         self._ray = ray
         self._actor = _ray_host().remote()
-        self._events: list = []
+        self._events: collections.deque = collections.deque()
         self._dead: str | None = None
         self.pid = None
         self.ready = False
@@ -438,12 +436,12 @@ class RayWorker:
                 raise WorkerDied(self._dead)
             try:
                 call = self._actor.receive.options(concurrency_group="receive")
-                self._events = [pickle.loads(data) for data in
-                                self._ray.get(call.remote(timeout), timeout=timeout + 60)]
+                self._events.extend(pickle.loads(data) for data in
+                                    self._ray.get(call.remote(timeout), timeout=timeout + 60))
             except Exception as error:  # noqa: BLE001  (the actor died, was killed, or its node went)
                 self._dead = f"the Ray worker died: {type(error).__name__}: {error}"
                 raise WorkerDied(self._dead) from None
-        return self._events.pop(0) if self._events else None
+        return self._events.popleft() if self._events else None
 
     def death(self) -> str:
         return self._dead or "the Ray worker died"
@@ -504,12 +502,14 @@ class WorkerPool:
                              daemon=True).start()
 
     def wait_started(self, count: int = 1, timeout: float = READY_TIMEOUT_S) -> bool:
-        """Block until `count` workers have started (idle or busy) or `timeout` seconds passed; whether they have."""
+        """Block until `count` workers have started (idle or busy); False at once when one fails to start or
+        the pool closes, and after `timeout` seconds."""
         deadline = time.monotonic() + timeout
         with self._cond:
+            failures = self._failures
             while len(self._idle) + len(self._busy) < min(count, self.size):
                 left = deadline - time.monotonic()
-                if left <= 0 or self._closed:
+                if left <= 0 or self._closed or self._failures > failures:
                     return False
                 self._cond.wait(min(left, 0.5))
         return True
