@@ -151,6 +151,24 @@ def test_a_claims_job_reports_progress_and_each_result(worker_pool):
     assert view.steps_done == 1 and (0, "chi-at-init") in seen
 
 
+def test_a_claims_job_leaves_its_worker_with_results_only():
+    """The claims of a job share their runs through the papers' cache while it runs; its end drops them, so a
+    worker keeps no run from one job to the next (the server keeps the claims' result rows)."""
+    from explorer.papers import base
+    from explorer_app import workers
+
+    explorer.papers.clear_cache()
+    held_while_running = []
+
+    def send(message):
+        if message[0] == "claim":
+            held_while_running.append(len(base.RUNS))
+
+    workers._claims({"claims": [("tau", "init-norm-sharp-threshold")], "fast": True}, workers._Controls(), send)
+    assert held_while_running and held_while_running[0] > 0  # the claim trained and cached runs...
+    assert len(base.RUNS) == 0 and base.RUNS.nbytes == 0  # ...which the job's end dropped
+
+
 def test_limits_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("EXPLORER_MAX_JOBS", "3")
     monkeypatch.setenv("EXPLORER_MAX_PARAMS", "1000")

@@ -228,19 +228,25 @@ def _send_snapshot(run, controls: _Controls, send) -> None:
 
 
 def _claims(payload: dict, controls: _Controls, send) -> None:
-    """Run paper claims one after another, reporting each result as it comes (Stop: the rest are skipped)."""
+    """Run paper claims one after another, reporting each result as it comes (Stop: the rest are skipped).
+    The claims of one job share their runs (the papers' run cache); the job's end drops them, so the worker
+    keeps results only (the server keeps the rows), never whole runs from one job to the next."""
+    from explorer.papers import clear_cache
     from explorer.papers.claims import claims
 
     todo = payload["claims"]
-    for i, (paper, claim_id) in enumerate(todo):
-        if controls.stop.is_set():
-            break
-        send(("progress", i, len(todo), claim_id))
-        claim = next((c for c in claims(paper) if c.id == claim_id), None)
-        if claim is None:
-            raise ValueError(f"no claim {paper}/{claim_id}")
-        send(("claim", paper, claim_id, claim.run(bool(payload.get("fast", True)))))
-    send(("progress", len(todo), len(todo), None))
+    try:
+        for i, (paper, claim_id) in enumerate(todo):
+            if controls.stop.is_set():
+                break
+            send(("progress", i, len(todo), claim_id))
+            claim = next((c for c in claims(paper) if c.id == claim_id), None)
+            if claim is None:
+                raise ValueError(f"no claim {paper}/{claim_id}")
+            send(("claim", paper, claim_id, claim.run(bool(payload.get("fast", True)))))
+        send(("progress", len(todo), len(todo), None))
+    finally:
+        clear_cache()
 
 
 # ---- the parent side ----------------------------------------------------------------------------

@@ -6,10 +6,10 @@ presets; the paper modules import only `explorer.papers.base` and `explorer.pape
 
 from __future__ import annotations
 
-from explorer.papers.base import PRESETS, preset, register_presets
+from explorer.papers.base import PRESETS, clear_cache, preset, register_presets
 from explorer.papers import ancre, dca, idinit, skipless, tau  # noqa: I001  (register their claims)
 
 for _module in (ancre, dca, idinit, skipless, tau):
     register_presets(_module.__name__.rsplit(".", 1)[-1], _module.PRESETS)
 
-__all__ = ["PRESETS", "preset"]
+__all__ = ["PRESETS", "clear_cache", "preset"]

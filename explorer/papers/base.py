@@ -31,6 +31,12 @@ def cached(key: Hashable, make: Callable[[], Any]) -> Any:
     return RUNS.get_or_make(key, slim)
 
 
+def clear_cache() -> None:
+    """Drop every run the papers' cache keeps (a server's worker does after each claims job: the server keeps
+    the claims' result rows, and the runs behind them would only hold the worker's memory)."""
+    RUNS.clear()
+
+
 def register_presets(paper: str, presets: dict) -> None:
     """Register a paper module's {name: (description, spec dict)} under its paper id."""
     for name, (description, spec_dict) in presets.items():
