@@ -6,7 +6,8 @@ Debian's Chromium with Playwright, and reports, all measured in the same run:
   the page, against plain PyTorch's first loss in-process; chart refreshes per second while one job and
   while two jobs train (two tabs); how fast a Pause click answers (issue 8, issue 17);
 - Train-page steps/s (the figure the page shows) against `explorer train` steps/s for the same presets
-  (issue 17 target: >= 0.8x), with the command line at its default threads and at 1 thread;
+  (issue 17 target: >= 0.8x), with the command line at its default threads and at 1 thread, and the same job
+  run by the app's job queue in a worker with no server and no browser (the page's ceiling);
 - the server's resident memory after its first run, then after N more runs and every paper's claims
   (fast mode) run once from the Papers page (issue 17 target: < 1.5x);
 - four tabs training at once on a server with EXPLORER_MAX_JOBS=2: two train, two wait with their place.
@@ -45,7 +46,7 @@ PRESET = "tau-fig1-1/sqrt(L)"  # the MLP-ResNet preset (depth 10, width 128, 300
 LOSS_POINTS = """() => {
   for (const gd of document.querySelectorAll('.js-plotly-plot')) {
     const title = gd.layout && gd.layout.title && gd.layout.title.text;
-    if (title && title.includes(': loss<') && gd.data && gd.data[0] && gd.data[0].x) return gd.data[0].x.length;
+    if (title && title.endsWith(': loss') && gd.data && gd.data[0] && gd.data[0].x) return gd.data[0].x.length;
   }
   return 0;
 }"""
@@ -205,6 +206,29 @@ def cli_steps_per_s(name: str, changes: dict, threads: int | None) -> float:
     return summary["steps"] / summary["wall_time"]
 
 
+def worker_steps_per_s(name: str, changes: dict) -> float:
+    """The same job the page submits (live probes included), run by the app's job queue in a worker process with
+    no server and no browser: the page's ceiling on this machine (the worker trains with the threads the
+    server would give it). The worker's own steps/s figure."""
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "app"))
+    from explorer_app.jobs import JobQueue, wait
+    from explorer_app.workers import WorkerPool
+
+    pool = WorkerPool(1)
+    try:
+        pool.warm(count=1)
+        pool.wait_started(1, 120)
+        # two slots, as the server's default (the worker's threads are the server's); recorded, as the page's run
+        queue = JobQueue(2, store=explorer.RunStore(tempfile.mkdtemp(prefix="explorer-worker-")), pool=pool)
+        job = queue.submit(explorer.preset(name).with_values(changes), "reference",
+                           probes={"coefficients": {}, "norms": {}}, probe_every=50)
+        return wait(job, 900).steps_per_second
+    finally:
+        pool.close()
+
+
 def progress_text(page) -> str:
     bars = page.locator('[data-testid="stProgress"]')
     return bars.first.inner_text() if bars.count() else ""
@@ -359,11 +383,15 @@ def main() -> None:
             for name, changes in SPEED_PRESETS.items():
                 seen = train_on_page(page, base, explorer.preset(name).with_values(changes))
                 cli, cli_1 = cli_steps_per_s(name, changes, None), cli_steps_per_s(name, changes, 1)
+                worker = worker_steps_per_s(name, changes)
                 row = result["speed"][name] = {**seen, "cli_steps_per_s": cli, "cli_1_thread_steps_per_s": cli_1,
-                                               "ratio": seen["page_steps_per_s"] / max(cli, cli_1)}
+                                               "worker_no_browser_steps_per_s": worker,
+                                               "ratio": seen["page_steps_per_s"] / max(cli, cli_1),
+                                               "ratio_1_thread": seen["page_steps_per_s"] / cli_1}
                 report(f"{name}: page {row['page_steps_per_s']} steps/s, explorer train {cli:.1f} (1 thread: {cli_1:.1f}) "
-                       f"-> {row['ratio']:.2f}x the faster (target >= 0.8); click -> finished "
-                       f"{row['click_to_finished_s']:.1f} s; load {os.getloadavg()[0]:.2f}")
+                       f"-> {row['ratio']:.2f}x the faster (target >= 0.8), {row['ratio_1_thread']:.2f}x the 1-thread "
+                       f"run; the same job in a worker with no browser: {worker:.1f} ({worker / max(cli, cli_1):.2f}x "
+                       f"the faster); click -> finished {row['click_to_finished_s']:.1f} s; load {os.getloadavg()[0]:.2f}")
     if not args.quick and not args.memory_only:
         with tempfile.TemporaryDirectory() as tmp:
             result.update(four_sessions(Path(tmp)))

@@ -21,7 +21,7 @@ def show(fig: go.Figure, key: str, name: str | None = None, downloads: bool = Tr
     The PNG is rendered on click (kaleido + Chromium); without kaleido the button is disabled and says
     what to install (the chart's own camera button still saves a PNG from the browser).
     """
-    st.plotly_chart(fig, key=f"chart-{key}", config={"displaylogo": False})
+    st.plotly_chart(fig, key=f"chart-{key}", config={"displaylogo": False}, theme=None)
     if not downloads:
         return
     stem = _file_stem(name or (fig.layout.title.text or key))

@@ -1,9 +1,9 @@
 """Train: set up an experiment, train it live, and watch its loss, shortcut heatmap and one probe.
 
 The form (sidebar) is generated from the registries and mirrored in the URL. Training runs as a job
-in a worker process (explorer_app.jobs); a fragment redraws the live view about three times a second while
-the job is active, reading only the rows logged since its last call, so the page and its buttons stay
-responsive. Every run is saved in the run store.
+in a worker process (explorer_app.jobs); a fragment redraws the live view (status, progress, loss) five times a
+second while the job is active, reading only the rows logged since its last call; the buttons live in a
+fragment of their own that the timer never redraws. Every run is saved in the run store.
 """
 
 import csv
@@ -19,7 +19,7 @@ from explorer import plots
 from explorer.registry import SpecError
 from explorer_app import figures, limits, messages, spec_form, state, uploads
 
-REFRESH_S = 0.3  # the loss chart's refresh period while a job is active (about 3 redraws per second)
+REFRESH_S = 0.2  # the live view's refresh period while a job is active: status, progress and the loss chart only
 PROBE_REFRESH_S = 1.0  # the heatmap's and the live probe's refresh period (results come every `probe every` steps)
 LIVE_PROBE = "coefficients"  # always probed: the heatmap
 # The probe shown beside it until the user picks another: norms per block apply to every model and cost
@@ -139,13 +139,14 @@ def read_view(job):
     return dataclasses.replace(view, history=list(rows), history_from=0)
 
 
-def live_view() -> None:
-    """Controls, status and the loss chart; button callbacks run before this, so the state read here is current."""
+def controls() -> None:
+    """Train / Pause (Resume) / Step / Stop / Reset, in a fragment of their own: a click reruns only them (its
+    callback runs first, so the state read here is current), and the live view's timer never redraws them.
+    The live view reruns the page when the job's status moves on from the one these buttons were drawn for."""
     job = current_job()
-    view = read_view(job) if job else None
-    active = bool(view and view.active)
-    paused = bool(view and view.status == "paused")
-
+    status = job.status if job else None
+    active, paused = bool(job and job.active), status == "paused"
+    st.session_state["train-status"] = status
     buttons = st.columns(5)
     buttons[0].button("Train", type="primary", key="train-start", icon=":material/play_arrow:",
                       disabled=spec is None or active, on_click=start, args=(spec,),
@@ -160,21 +161,28 @@ def live_view() -> None:
                       help="While paused: train to the next logged step (train.log_every steps).")
     buttons[3].button("Stop", key="train-stop", icon=":material/stop:", disabled=not active,
                       on_click=job.stop if job else None)
-    buttons[4].button("Reset", key="train-reset", icon=":material/restart_alt:", disabled=view is None,
+    buttons[4].button("Reset", key="train-reset", icon=":material/restart_alt:", disabled=job is None,
                       on_click=reset, help="Stop this run (it stays in the store) and clear the view.")
-
     if "train-message" in st.session_state:
         st.warning(st.session_state["train-message"], icon=":material/warning:")
+    if active != active_at_last_run():
+        st.rerun(scope="app")  # switch the live view's refresh timer on or off
+
+
+def live_view() -> None:
+    """Status, progress and the loss chart, redrawn every REFRESH_S while the job is active."""
+    job = current_job()
+    view = read_view(job) if job else None
     if view is not None and view.note:
         st.warning(view.note, icon=":material/warning:")
     if view is None:
         st.info("No run yet: press **Train**.", icon=":material/info:")
         empty_loss_chart()
-        return
-    show_status(view)
-    show_loss(view)
-    if view.active != active_at_last_run():
-        st.rerun(scope="app")  # switch the refresh timer on or off
+    else:
+        show_status(view)
+        show_loss(view)
+    if (view.status if view else None) != st.session_state.get("train-status"):
+        st.rerun(scope="app")  # the buttons (and the timer) follow the job: finished, stopped, paused after a Step
 
 
 def active_at_last_run() -> bool:
@@ -262,6 +270,7 @@ def probe_charts(view) -> tuple:
 
 active = bool(current_job() and current_job().active)
 st.session_state["train-active"] = active
+st.fragment(controls)()
 st.fragment(run_every=REFRESH_S if active else None)(live_view)()
 st.fragment(run_every=PROBE_REFRESH_S if active else None)(probe_view)()
 
