@@ -1,14 +1,22 @@
-"""The quickstart notebook in a real JupyterLab, driven by Playwright with Debian's Chromium.
+"""Every notebook's widgets in a real JupyterLab, driven by Playwright with Debian's Chromium.
 
-JupyterLab runs on a loopback port (no token, its own folders) on a copy of notebooks/00_quickstart.ipynb
-with EXPLORER_FAST=1; the test runs every cell, checks that the widget section drew its figure, sets the
-depth slider to 15, presses Train and waits until the figure in the widget's output shows depth 15 with
-other data. Before the fix (`out.append_display_data(plotly_figure)`) the Output widget held an empty
-entry and the figure never changed. CI (CI=true) must have Chromium, Playwright and JupyterLab.
+One JupyterLab (loopback port, no token, its own folders, EXPLORER_FAST=1) serves copies of the notebooks
+and one Chromium opens each notebook in its own tab. The test runs only what the widget section needs: the
+first code cell (imports and setup: every widget cell builds on it alone) and the cell that builds the widgets
+(the one that calls `plots.show_in`). tests/test_notebooks.py already runs every cell of every notebook under
+nbclient; rerunning the long paper sections here would add minutes of CI for nothing this test checks.
+
+It then changes a widget (a slider's readout or a dropdown), presses the section's button and waits until the
+figure in the widget's Output shows the change; the Output must hold the same number of figures as before
+(replaced, not appended), with a new title or trace names and new data, and no output may show a Traceback.
+Before `plots.show_in` (`out.append_display_data(plotly_figure)`) the Output held an empty entry and the
+figure never changed. CI (CI=true) must have Chromium, Playwright and JupyterLab.
 """
 
 import contextlib
+import dataclasses
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -29,20 +37,56 @@ if MISSING and os.environ.get("CI") != "true":
     pytest.skip(f"needs {' and '.join(MISSING)} (apt-get install chromium; pip install playwright jupyterlab)",
                 allow_module_level=True)
 
-# The figure drawn in the widget section's Output: its title and its first trace's y values.
-WIDGET_FIGURE = """() => {
-  const gd = document.querySelector('.widget-output .js-plotly-plot');
-  if (!gd || !gd.data || !gd.data.length) return null;
-  return {title: (gd.layout.title || {}).text || '', y: Array.from(gd.data[0].y || [])};
-}"""
+
+@dataclasses.dataclass(frozen=True)
+class WidgetChange:
+    """What to do to a notebook's widget section and what its figures must then show."""
+    notebook: str
+    changes: tuple[tuple[str, str], ...]  # (widget description, new value): a slider or a dropdown
+    button: str
+    before: str  # text in the figures' titles or trace names before the change
+    after: str   # ... and after it
+    figures: int = 1  # figures `show_in` puts in the Output
+    drawn_on_run_only: bool = False  # the section draws nothing until its button is pressed
+
+
+CASES = [
+    WidgetChange("00_quickstart", (("depth", "15"),), "Train", "depth 10", "depth 15"),
+    WidgetChange("01_ancre", (("depth K", "4"),), "Run", "Linear network, K=3", "Linear network, K=4"),
+    WidgetChange("02_dca", (("task", "affine"), ("depth", "5")), "Run",
+                 "identity: 10 layers", "affine: 5 layers"),
+    WidgetChange("03_idinit", (("init", "kaiming"),), "Run", "idinit, depth 8", "kaiming, depth 8",
+                 drawn_on_run_only=True),
+    WidgetChange("04_tau", (("tau", "1/L"),), "Run", "tau=1/sqrt(L), L=10", "tau=1/L, L=10", figures=2),
+    WidgetChange("05_skipless", (("topology", "cascaded"),), "Run",
+                 "skipless, init skipless, depth 2", "cascaded, init skipless, depth 2"),
+]
+
+# The figures drawn in the widget section's Output: titles, trace names and every trace's y values (a list,
+# or the base64 string plotly.py sends for a numpy array).
+WIDGET_FIGURES = """() => Array.from(document.querySelectorAll('.widget-output .js-plotly-plot'))
+  .filter(gd => gd.data && gd.data.length)
+  .map(gd => ({title: (gd.layout.title || {}).text || '',
+               names: gd.data.map(trace => trace.name || ''),
+               y: gd.data.map(trace => trace.y && trace.y.bdata !== undefined ? trace.y.bdata
+                                                                               : Array.from(trace.y || []))}))"""
+
+
+def shows(text: str, figures: int) -> str:
+    """JS predicate: at least `figures` figures are drawn in the Output and `text` is in a title or a trace name."""
+    return (f"() => {{ const figures = ({WIDGET_FIGURES})();"
+            f" return figures.length >= {figures} && figures.some(f => [f.title, ...f.names].join(' | ')"
+            f".includes({json.dumps(text)})); }}")
 
 
 @contextlib.contextmanager
 def jupyterlab(root: Path, timeout: float = 90.0):
-    """JupyterLab serving `root` on 127.0.0.1 (no token, no browser, fast notebooks); yields its URL."""
+    """JupyterLab serving `root` on 127.0.0.1 (no token, no browser, fast notebooks, a run store of its own);
+    yields its URL."""
     port = browsing.free_port()
     env = {**os.environ, "EXPLORER_FAST": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-           "JUPYTER_RUNTIME_DIR": str(root / ".runtime"), "JUPYTER_CONFIG_DIR": str(root / ".config")}
+           "EXPLORER_HOME": str(root / ".explorer-home"), "JUPYTER_RUNTIME_DIR": str(root / ".runtime"),
+           "JUPYTER_CONFIG_DIR": str(root / ".config")}
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip", "127.0.0.1", "--port", str(port),
          "--IdentityProvider.token=", "--ServerApp.password=", "--allow-root", f"--ServerApp.root_dir={root}",
@@ -51,6 +95,33 @@ def jupyterlab(root: Path, timeout: float = 90.0):
     url = f"http://127.0.0.1:{port}"
     with browsing.running(server, f"{url}/api", timeout, "JupyterLab"):
         yield url
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """One JupyterLab on copies of the notebooks and one Chromium for every test: (base URL, browser context)."""
+    assert not MISSING, f"CI needs {' and '.join(MISSING)} for the JupyterLab test"
+    work = tmp_path_factory.mktemp("lab")
+    for case in CASES:
+        shutil.copy(ROOT / "notebooks" / f"{case.notebook}.ipynb", work)
+    with jupyterlab(work) as base, browsing.browser(work / ".profile", height=1400) as first_page:
+        yield base, first_page.context
+
+
+@pytest.fixture
+def notebook_page(lab, case):
+    """A tab showing the case's notebook, its kernel idle; the kernel is shut down after."""
+    base, context = lab
+    page = context.new_page()
+    try:
+        page.goto(f"{base}/lab/tree/{case.notebook}.ipynb?reset")
+        page.wait_for_function("() => window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')",
+                               timeout=90_000)
+        start_kernel(page)
+        yield page
+    finally:
+        page.evaluate("() => window.jupyterapp && window.jupyterapp.serviceManager.sessions.shutdownAll()")
+        page.close()
 
 
 def start_kernel(page, timeout: float = 90.0) -> None:
@@ -70,35 +141,74 @@ def start_kernel(page, timeout: float = 90.0) -> None:
     raise AssertionError("the notebook's kernel did not start")
 
 
-def test_quickstart_widget_redraws_its_figure_in_jupyterlab(tmp_path):
-    assert not MISSING, f"CI needs {' and '.join(MISSING)} for the JupyterLab test"
-    work = tmp_path / "lab"
-    work.mkdir()
-    shutil.copy(ROOT / "notebooks" / "00_quickstart.ipynb", work)
-    with jupyterlab(work) as base, browsing.browser(tmp_path / "profile", height=1400) as page:
-        page.goto(f"{base}/lab/tree/00_quickstart.ipynb?reset")
-        page.wait_for_function("() => window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')",
-                               timeout=90_000)
-        start_kernel(page)
-        # not awaited: the command's promise settles only when every cell has run
-        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); return true; }")
-        page.wait_for_function(f"() => {{ const f = ({WIDGET_FIGURE})(); return f && f.title.includes('depth 10'); }}",
-                               timeout=120_000, polling=250)
-        before = page.evaluate(WIDGET_FIGURE)
+def widget_section_cells(notebook: str) -> list[int]:
+    """Indices of the setup cell (the first code cell) and of the cell that builds the widgets (calls show_in)."""
+    cells = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
+    code = [i for i, cell in enumerate(cells) if cell["cell_type"] == "code"]
+    widget_cells = [i for i in code if "show_in(" in "".join(cells[i]["source"])]
+    assert len(widget_cells) == 1, f"{notebook}: expected one cell calling plots.show_in, found {widget_cells}"
+    return [code[0], widget_cells[0]]
 
-        readout = page.locator(".widget-slider .widget-readout").first
-        readout.click()
+
+def run_cells(page, indices: list[int]) -> None:
+    """Select the cells at `indices` and run them, in order, with JupyterLab's own command."""
+    # not awaited: the command's promise settles only when the cells have run
+    page.evaluate("""(indices) => {
+      const notebook = window.jupyterapp.shell.currentWidget.content;
+      notebook.activeCellIndex = indices[0];
+      notebook.deselectAll();
+      for (const i of indices) notebook.select(notebook.widgets[i]);
+      window.jupyterapp.commands.execute('notebook:run-cell');
+      return true;
+    }""", indices)
+
+
+def tracebacks(page) -> list[str]:
+    return page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
+                        has_text="Traceback").all_inner_texts()
+
+
+def wait_until_shown(page, text: str, figures: int, timeout_ms: int) -> list[dict]:
+    """Wait until the Output's figures (`figures` of them at least) show `text`; return them. On a timeout
+    say what the page shows."""
+    try:
+        page.wait_for_function(shows(text, figures), timeout=timeout_ms, polling=250)
+    except Exception as error:  # playwright's TimeoutError: report what the Output and the cells show instead
+        drawn = [(f["title"], f["names"]) for f in page.evaluate(WIDGET_FIGURES)]
+        raise AssertionError(f"the widget's Output never showed {text!r}: its figures {drawn}, "
+                             f"tracebacks {tracebacks(page)}") from error
+    return page.evaluate(WIDGET_FIGURES)
+
+
+def set_widget(page, description: str, value: str) -> None:
+    """Set the slider (through its readout) or the dropdown labelled `description` to `value`."""
+    widget = page.locator(".widget-slider, .widget-dropdown",
+                          has=page.get_by_text(description, exact=True)).first
+    if "widget-dropdown" in widget.get_attribute("class"):
+        widget.locator("select").select_option(label=value)
+    else:
+        widget.locator(".widget-readout").click()
         page.keyboard.press("Control+A")
-        page.keyboard.type("15")
+        page.keyboard.type(value)
         page.keyboard.press("Enter")
-        page.locator("button.widget-button", has_text="Train").click()
-        page.wait_for_function(f"() => {{ const f = ({WIDGET_FIGURE})(); return f && f.title.includes('depth 15'); }}",
-                               timeout=60_000, polling=250)
-        after = page.evaluate(WIDGET_FIGURE)
-        page.screenshot(path=str(tmp_path / "jupyterlab-quickstart.png"))
-        # one figure in the widget's output (replaced, not appended), with new data
-        assert page.locator(".widget-output .js-plotly-plot").count() == 1
-        assert after["title"] != before["title"]
-        assert after["y"] != before["y"]
-        assert page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']",
-                            has_text="Traceback").count() == 0
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.notebook for case in CASES])
+def test_widget_redraws_its_figure_in_jupyterlab(case, notebook_page, tmp_path):
+    page = notebook_page
+    run_cells(page, widget_section_cells(case.notebook))
+    button = page.locator("button.widget-button", has_text=case.button)
+    if case.drawn_on_run_only:
+        button.click(timeout=120_000)
+    before = wait_until_shown(page, case.before, case.figures, timeout_ms=120_000)
+
+    for description, value in case.changes:
+        set_widget(page, description, value)
+    button.click()
+    after = wait_until_shown(page, case.after, case.figures, timeout_ms=90_000)
+    page.screenshot(path=str(tmp_path / f"jupyterlab-{case.notebook}.png"))
+    # the Output's figures replaced (as many as before), with new titles or trace names and new data
+    assert len(before) == len(after) == case.figures, (before, after)
+    assert [(f["title"], f["names"]) for f in after] != [(f["title"], f["names"]) for f in before]
+    assert [f["y"] for f in after] != [f["y"] for f in before]
+    assert not tracebacks(page)
