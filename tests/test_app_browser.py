@@ -15,6 +15,7 @@ import shutil
 import signal
 import urllib.parse
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -150,8 +151,28 @@ def test_the_queue_and_a_killed_worker_in_two_tabs(app, tmp_path):
         assert browsing.exceptions(page) == 0 and browsing.exceptions(other) == 0
         runs = {run["status"] for run in explorer.RunStore(tmp_path / "home").list()}
         assert runs == {"error", "stopped"}, runs
+        # each session sees its own runs only, unless "all runs" is on (Inside, reached in the same session)
+        other.locator('[data-testid="stSidebarNav"] a', has_text="Inside").click()
+        assert run_choices(other) == ["stopped"]
+        other.locator(".st-key-inside-all label").click()
+        other.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+        assert sorted(run_choices(other)) == ["error", "stopped"]
+        assert browsing.exceptions(other) == 0
         page.close()
         other.close()
+
+
+def run_choices(tab) -> list[str]:
+    """The statuses of the runs the Inside page's run select offers ("3f2a9c1d · label · stopped" each)."""
+    tab.locator(".st-key-inside-run").wait_for(timeout=60_000)
+    time.sleep(1.0)  # the rerun the last click triggered may start a moment later
+    tab.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+    tab.locator(".st-key-inside-run").click()
+    options = tab.get_by_role("option")
+    options.first.wait_for(timeout=30_000)
+    texts = options.all_inner_texts()
+    tab.keyboard.press("Escape")
+    return [text.split(" · ")[-1].strip() for text in texts]
 
 
 def test_the_servers_memory_stays_bounded_over_runs_and_claims(app):
