@@ -165,8 +165,8 @@ def controls() -> None:
                       on_click=reset, help="Stop this run (it stays in the store) and clear the view.")
     if "train-message" in st.session_state:
         st.warning(st.session_state["train-message"], icon=":material/warning:")
-    if active != active_at_last_run():
-        st.rerun(scope="app")  # switch the live view's refresh timer on or off
+    if page_drawn_for(job) != st.session_state.get("train-page-drawn"):
+        st.rerun(scope="app")  # a new run, a reset or a stop: the live view and its timer follow
 
 
 def live_view() -> None:
@@ -185,8 +185,9 @@ def live_view() -> None:
         st.rerun(scope="app")  # the buttons (and the timer) follow the job: finished, stopped, paused after a Step
 
 
-def active_at_last_run() -> bool:
-    return st.session_state.get("train-active", False)
+def page_drawn_for(job) -> tuple:
+    """What the page's live view and its refresh timer depend on: which job, and whether it is active."""
+    return (job.id if job else None, bool(job and job.active))
 
 
 def show_status(view) -> None:
@@ -268,8 +269,8 @@ def probe_charts(view) -> tuple:
     return heatmap, probe_figs
 
 
-active = bool(current_job() and current_job().active)
-st.session_state["train-active"] = active
+st.session_state["train-page-drawn"] = page_drawn_for(current_job())
+active = st.session_state["train-page-drawn"][1]
 st.fragment(controls)()
 st.fragment(run_every=REFRESH_S if active else None)(live_view)()
 st.fragment(run_every=PROBE_REFRESH_S if active else None)(probe_view)()
