@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import re
 
@@ -33,5 +34,6 @@ def show(fig: go.Figure, key: str, name: str | None = None, downloads: bool = Tr
                           disabled=not _png_export_installed(), help=None if _png_export_installed() else plots.PNG_FIX)
 
 
+@functools.cache  # asked at every redraw of every figure: a search of sys.path each time
 def _png_export_installed() -> bool:
     return importlib.util.find_spec("kaleido") is not None
