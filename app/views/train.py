@@ -18,6 +18,7 @@ import explorer
 from explorer import plots
 from explorer.registry import SpecError
 from explorer_app import figures, limits, messages, spec_form, state, uploads
+from explorer_app.jobs import ACTIVE
 
 REFRESH_S = 0.2  # the live view's refresh period while a job is active: status, progress and the loss chart only
 PROBE_REFRESH_S = 1.0  # the heatmap's and the live probe's refresh period (results come every `probe every` steps)
@@ -142,11 +143,11 @@ def read_view(job):
 def controls() -> None:
     """Train / Pause (Resume) / Step / Stop / Reset, in a fragment of their own: a click reruns only them (its
     callback runs first, so the state read here is current), and the live view's timer never redraws them.
-    The live view reruns the page when the job's status moves on from the one these buttons were drawn for."""
+    The live view reruns the page when the job's status asks for other buttons than these were drawn with."""
     job = current_job()
     status = job.status if job else None
     active, paused = bool(job and job.active), status == "paused"
-    st.session_state["train-status"] = status
+    st.session_state["train-buttons"] = buttons_for(status)
     buttons = st.columns(5)
     buttons[0].button("Train", type="primary", key="train-start", icon=":material/play_arrow:",
                       disabled=spec is None or active, on_click=start, args=(spec,),
@@ -181,8 +182,13 @@ def live_view() -> None:
     else:
         show_status(view)
         show_loss(view)
-    if (view.status if view else None) != st.session_state.get("train-status"):
+    if buttons_for(view.status if view else None) != st.session_state.get("train-buttons"):
         st.rerun(scope="app")  # the buttons (and the timer) follow the job: finished, stopped, paused after a Step
+
+
+def buttons_for(status: str | None) -> tuple[bool, bool]:
+    """What the buttons show for a job's status: (active, paused); queued and running look the same."""
+    return status in ACTIVE, status == "paused"
 
 
 def page_drawn_for(job) -> tuple:
