@@ -10,6 +10,7 @@ API, so the page shows what the library computes, including where it corrects a 
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,19 @@ CHECK_MAX_DEPTH = 300  # deepest real network the norm check builds (about 1 s o
 CHECK_EXAMPLES = 64  # validation images the norm check averages over
 TEMPERATURES = [m * 10.0 ** e for e in range(-2, 2) for m in (1, 2, 5)] + [100.0]
 MIMETIC_BETAS = np.linspace(0.0, 10.0, 21)
+FIRST_PAINT_S = 0.4  # a session's first visit: how long the text and sliders have to themselves (see `show`)
+
+
+def show(fig: go.Figure, key: str, name: str) -> None:
+    """`figures.show`, from the page's second run on in a session. The first run stops at its first figure,
+    waits FIRST_PAINT_S and reruns: the browser paints the text and sliders before it loads and runs plotly.js
+    (4.7 MB), which held the first slider back (first slider on a fresh server, 2-core machine, medians of 6:
+    2.14 s -> 1.59 s; the figures come about half a second later)."""
+    if not st.session_state.get("theory-painted"):
+        st.session_state["theory-painted"] = True
+        time.sleep(FIRST_PAINT_S)  # what came before is on its way to the browser: let it paint
+        st.rerun()
+    figures.show(fig, key=key, name=name)
 
 
 def _finite(values) -> np.ndarray:
@@ -144,7 +158,7 @@ def dca_tab() -> None:
     st.latex(r"G_2 \ge (d-r_*)\lambda_{\min}^2 - (\sqrt{1+r_*}-1)^2(\lambda_{\max}^2-\lambda_{\min}^2)")
     st.latex(r"G_3 \ge (d-\epsilon-r_*)\lambda_{\min}^2 + \tfrac{\epsilon}{2}\lambda_{\max}^2"
              r" - (\sqrt{1.6+r_*}-1)^2(\lambda_{\max}^2-\lambda_{\min}^2),\quad \epsilon = \frac{1}{" + constant + "}")
-    figures.show(dca_gains_figure(d, marked, kappa, lambda_max, as_printed), key="theory-dca-gains",
+    show(dca_gains_figure(d, marked, kappa, lambda_max, as_printed), key="theory-dca-gains",
                  name="dca-gain-bounds")
 
     xi = r"\frac{1}{\pi(d^2-1)}" if as_printed else r"\frac{1}{\pi(d+2)(d-1)}"
@@ -156,7 +170,7 @@ def dca_tab() -> None:
                "(4.1) scales with d; (4.2) and (4.3) only with about √d, because GRN-v2/v3 pay d parameters per "
                "gate. G1 ≥ 0 exactly within (4.1) and G2 ≥ 0 exactly within (4.2); (4.3) is slightly more "
                "conservative than G3 ≥ 0.")
-    figures.show(dca_thresholds_figure(d, marked, kappa, as_printed), key="theory-dca-thresholds",
+    show(dca_thresholds_figure(d, marked, kappa, as_printed), key="theory-dca-thresholds",
                  name="dca-rank-thresholds")
 
     st.subheader("Figure 5, recomputed")
@@ -165,11 +179,11 @@ def dca_tab() -> None:
     fig5 = theory.figure5_curves()
     left, right = st.columns(2)
     with left:
-        figures.show(figure5_panel(fig5.ratios, fig5.g1_vs_ratio, fig5.g2_vs_ratio, fig5.dims,
+        show(figure5_panel(fig5.ratios, fig5.g1_vs_ratio, fig5.g2_vs_ratio, fig5.dims,
                                    "Figure 5 (left): gain vs r*/d (λmin = 5, λmax = 10)", "r* / d"),
                      key="theory-dca-fig5-left", name="dca-figure5-left")
     with right:
-        figures.show(figure5_panel(fig5.kappas, fig5.g1_vs_kappa, fig5.g2_vs_kappa, fig5.dims,
+        show(figure5_panel(fig5.kappas, fig5.g1_vs_kappa, fig5.g2_vs_kappa, fig5.dims,
                                    "Figure 5 (right): gain vs κ (λmax = 10, r* = 50)", "κ = λmin / λmax"),
                      key="theory-dca-fig5-right", name="dca-figure5-right")
 
@@ -282,13 +296,13 @@ def tau_tab() -> None:
         st.caption(f"Measured: the tau paper's MLP-ResNet (width 128, Kaiming init, seed 0) on {CHECK_EXAMPLES} "
                    "digits images, squared ratio of mean norms from explorer's `norms` probe (which sees each "
                    "block's input, so the last layer is not measured).")
-    figures.show(tau_layers_figure(growth, tau, measured), key="theory-tau-layers", name="tau-norm-growth-by-layer")
+    show(tau_layers_figure(growth, tau, measured), key="theory-tau-layers", name="tau-norm-growth-by-layer")
 
     settings = tuple(DEPTH_RULES) + ((number,) if rule == NUMBER else ())
     fig, overflow = tau_depth_figure(settings, activation, depth)
     if overflow:
         st.caption("Some curves overflow floating point at large depth and stop there.")
-    figures.show(fig, key="theory-tau-depths", name="tau-norm-growth-vs-depth")
+    show(fig, key="theory-tau-depths", name="tau-norm-growth-vs-depth")
 
 
 # --------------------------------------------------------------------------- Cutting the Skip
@@ -383,7 +397,7 @@ def skip_tab() -> None:
                           help="every condition number is at least 1, so a lower bound below 1 says nothing")
         upper = f"{now.dominant_upper:.4g}" if math.isfinite(now.dominant_upper) else "none (γ too small)"
         metrics[4].metric("upper bound", upper, help="needs ε < 1, i.e. γ/τ > ln(2(n − 1))")
-        figures.show(softmax_figure(logits, temperature, now.row_range), key="theory-skip-softmax",
+        show(softmax_figure(logits, temperature, now.row_range), key="theory-skip-softmax",
                      name="skip-softmax-conditioning")
 
     st.subheader("Mimetic initialisation: attention conditioning vs β")
@@ -401,7 +415,7 @@ def skip_tab() -> None:
                               xlabel="β", ylabel="condition number κ",
                               title=f"Median κ(softmax(M)) at init vs β (α = {alpha:g}, n = d = {n}, {trials} draws)")
     _mark_x(fig, beta, f"β = {beta:g}")
-    figures.show(fig, key="theory-skip-mimetic", name="skip-mimetic-conditioning")
+    show(fig, key="theory-skip-mimetic", name="skip-mimetic-conditioning")
 
     st.latex(r"C = \alpha X Z X^\top + \beta X X^\top:\quad \mathbb{E}\,C_{ii} = \beta d,\quad"
              r" \operatorname{Var} C_{ij} = (\alpha^2 + \beta^2) d\ \ \text{(printed: } \alpha^2 + \beta^2 d\text{)}")
