@@ -147,7 +147,6 @@ def controls() -> None:
     job = current_job()
     status = job.status if job else None
     active, paused = bool(job and job.active), status == "paused"
-    st.session_state["train-buttons"] = buttons_for(status)
     buttons = st.columns(5)
     buttons[0].button("Train", type="primary", key="train-start", icon=":material/play_arrow:",
                       disabled=spec is None or active, on_click=start, args=(spec,),
@@ -166,6 +165,9 @@ def controls() -> None:
                       on_click=reset, help="Stop this run (it stays in the store) and clear the view.")
     if "train-message" in st.session_state:
         st.warning(st.session_state["train-message"], icon=":material/warning:")
+    # Recorded once every button is drawn: a run of this fragment that another rerun cut short leaves the old
+    # record, and the live view then redraws the page.
+    st.session_state["train-buttons"] = buttons_for(status)
     if page_drawn_for(job) != st.session_state.get("train-page-drawn"):
         st.rerun(scope="app")  # a new run, a reset or a stop: the live view and its timer follow
 
