@@ -146,7 +146,7 @@ def controls() -> None:
     The live view reruns the page when the job's status asks for other buttons than these were drawn with."""
     job = current_job()
     status = job.status if job else None
-    active, paused = bool(job and job.active), status == "paused"
+    active, paused = drawn = buttons_for(status)
     buttons = st.columns(5)
     buttons[0].button("Train", type="primary", key="train-start", icon=":material/play_arrow:",
                       disabled=spec is None or active, on_click=start, args=(spec,),
@@ -167,7 +167,7 @@ def controls() -> None:
         st.warning(st.session_state["train-message"], icon=":material/warning:")
     # Recorded once every button is drawn: a run of this fragment that another rerun cut short leaves the old
     # record, and the live view then redraws the page.
-    st.session_state["train-buttons"] = buttons_for(status)
+    st.session_state["train-buttons"] = drawn
     if page_drawn_for(job) != st.session_state.get("train-page-drawn"):
         st.rerun(scope="app")  # a new run, a reset or a stop: the live view and its timer follow
 
