@@ -1,9 +1,11 @@
 """Train: set up an experiment, train it live, and watch its loss, shortcut heatmap and one probe.
 
 The form (sidebar) is generated from the registries and mirrored in the URL. Training runs as a job
-in a worker process (explorer_app.jobs); a fragment redraws the live view (status, progress, loss) five times a
-second while the job is active, reading only the rows logged since its last call; the buttons live in a
-fragment of their own that the timer never redraws. Every run is saved in the run store.
+in a worker process (explorer_app.jobs); a fragment redraws the live view (buttons, status, loss) five times a
+second while the job is active, reading only the rows logged since its last call, so the page and its buttons
+stay responsive. Every run is saved in the run store. The buttons stay in that fragment: in a fragment of their
+own, a click could land while the timer's rerun of another fragment cut theirs short, and the page kept
+showing Resume (or Pause) for a run in the other state.
 """
 
 import csv
@@ -18,9 +20,8 @@ import explorer
 from explorer import plots
 from explorer.registry import SpecError
 from explorer_app import figures, limits, messages, spec_form, state, uploads
-from explorer_app.jobs import ACTIVE
 
-REFRESH_S = 0.2  # the live view's refresh period while a job is active: status, progress and the loss chart only
+REFRESH_S = 0.2  # the live view's refresh period while a job is active (five redraws per second)
 PROBE_REFRESH_S = 1.0  # the heatmap's and the live probe's refresh period (results come every `probe every` steps)
 LIVE_PROBE = "coefficients"  # always probed: the heatmap
 # The probe shown beside it until the user picks another: norms per block apply to every model and cost
@@ -140,13 +141,13 @@ def read_view(job):
     return dataclasses.replace(view, history=list(rows), history_from=0)
 
 
-def controls() -> None:
-    """Train / Pause (Resume) / Step / Stop / Reset, in a fragment of their own: a click reruns only them (its
-    callback runs first, so the state read here is current), and the live view's timer never redraws them.
-    The live view reruns the page when the job's status asks for other buttons than these were drawn with."""
+def live_view() -> None:
+    """Controls, status and the loss chart; button callbacks run before this, so the state read here is current."""
     job = current_job()
-    status = job.status if job else None
-    active, paused = drawn = buttons_for(status)
+    view = read_view(job) if job else None
+    active = bool(view and view.active)
+    paused = bool(view and view.status == "paused")
+
     buttons = st.columns(5)
     buttons[0].button("Train", type="primary", key="train-start", icon=":material/play_arrow:",
                       disabled=spec is None or active, on_click=start, args=(spec,),
@@ -161,41 +162,25 @@ def controls() -> None:
                       help="While paused: train to the next logged step (train.log_every steps).")
     buttons[3].button("Stop", key="train-stop", icon=":material/stop:", disabled=not active,
                       on_click=job.stop if job else None)
-    buttons[4].button("Reset", key="train-reset", icon=":material/restart_alt:", disabled=job is None,
+    buttons[4].button("Reset", key="train-reset", icon=":material/restart_alt:", disabled=view is None,
                       on_click=reset, help="Stop this run (it stays in the store) and clear the view.")
+
     if "train-message" in st.session_state:
         st.warning(st.session_state["train-message"], icon=":material/warning:")
-    # Recorded once every button is drawn: a run of this fragment that another rerun cut short leaves the old
-    # record, and the live view then redraws the page.
-    st.session_state["train-buttons"] = drawn
-    if page_drawn_for(job) != st.session_state.get("train-page-drawn"):
-        st.rerun(scope="app")  # a new run, a reset or a stop: the live view and its timer follow
-
-
-def live_view() -> None:
-    """Status, progress and the loss chart, redrawn every REFRESH_S while the job is active."""
-    job = current_job()
-    view = read_view(job) if job else None
     if view is not None and view.note:
         st.warning(view.note, icon=":material/warning:")
     if view is None:
         st.info("No run yet: press **Train**.", icon=":material/info:")
         empty_loss_chart()
-    else:
-        show_status(view)
-        show_loss(view)
-    if buttons_for(view.status if view else None) != st.session_state.get("train-buttons"):
-        st.rerun(scope="app")  # the buttons (and the timer) follow the job: finished, stopped, paused after a Step
+        return
+    show_status(view)
+    show_loss(view)
+    if view.active != active_at_last_run():
+        st.rerun(scope="app")  # switch the refresh timer on or off
 
 
-def buttons_for(status: str | None) -> tuple[bool, bool]:
-    """What the buttons show for a job's status: (active, paused); queued and running look the same."""
-    return status in ACTIVE, status == "paused"
-
-
-def page_drawn_for(job) -> tuple:
-    """What the page's live view and its refresh timer depend on: which job, and whether it is active."""
-    return (job.id if job else None, bool(job and job.active))
+def active_at_last_run() -> bool:
+    return st.session_state.get("train-active", False)
 
 
 def show_status(view) -> None:
@@ -277,9 +262,8 @@ def probe_charts(view) -> tuple:
     return heatmap, probe_figs
 
 
-st.session_state["train-page-drawn"] = page_drawn_for(current_job())
-active = st.session_state["train-page-drawn"][1]
-st.fragment(controls)()
+active = bool(current_job() and current_job().active)
+st.session_state["train-active"] = active
 st.fragment(run_every=REFRESH_S if active else None)(live_view)()
 st.fragment(run_every=PROBE_REFRESH_S if active else None)(probe_view)()
 
