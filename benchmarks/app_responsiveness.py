@@ -50,6 +50,9 @@ LOSS_POINTS = """() => {
   }
   return 0;
 }"""
+# JavaScript: no script run under way (Streamlit's "running" indicator is absent).
+NOT_RUNNING = "!document.querySelector('[data-testid=\"stStatusWidget\"]')"
+IDLE = f"() => {NOT_RUNNING}"
 CHART_TITLES = "() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => (g.layout.title || {}).text || '')"
 
 
@@ -130,8 +133,8 @@ def train_page_url(base: str, spec: explorer.ExperimentSpec) -> str:
 def wait_ready(page, timeout_ms: int = 60_000) -> None:
     """Wait until the Train page has run: one Train button (a rerun briefly shows the old one too) and no
     "running" indicator."""
-    page.wait_for_function("() => document.querySelectorAll('.st-key-train-start button').length === 1 && "
-                           "!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=timeout_ms)
+    page.wait_for_function(f"() => document.querySelectorAll('.st-key-train-start button').length === 1 && "
+                           f"{NOT_RUNNING}", timeout=timeout_ms)
 
 
 def exceptions(page) -> int:
@@ -286,8 +289,8 @@ def run_every_claim(page, base: str, timeout_ms: int = 1_800_000, tabs=tuple(PAP
     for tab in tabs:
         page.goto(f"{base}/papers?paper={quote(tab)}")
         button = f".st-key-papers-run-all-{PAPER_TABS[tab]} button"
-        page.wait_for_function(f"() => document.querySelectorAll('{button}').length >= 1 && "
-                               "!document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=120_000)
+        page.wait_for_function(f"() => document.querySelectorAll('{button}').length >= 1 && {NOT_RUNNING}",
+                               timeout=120_000)
         page.locator(button).first.click(timeout=60_000)
         page.get_by_text("Done:", exact=False).first.wait_for(timeout=timeout_ms)
     return exceptions(page)

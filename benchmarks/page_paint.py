@@ -19,7 +19,6 @@ from pathlib import Path
 import app_responsiveness as browsing
 
 PAGES = {"train": ("", ".st-key-train-start button"), "theory": ("theory", '[data-testid="stSlider"]')}
-IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"]')"
 
 
 def first_paint(page_name: str, entry: str = "server.py") -> dict[str, float]:
@@ -32,7 +31,7 @@ def first_paint(page_name: str, entry: str = "server.py") -> dict[str, float]:
             page.goto(f"{base}/{path}")
             page.locator(selector).first.wait_for(state="visible", timeout=120_000)
             widget = time.perf_counter() - start
-            page.wait_for_function(IDLE, timeout=120_000)
+            page.wait_for_function(browsing.IDLE, timeout=120_000)
             done = time.perf_counter() - start
             return {"server_start_s": started, "first_widget_s": widget, "script_done_s": done,
                     "exceptions": browsing.exceptions(page)}

@@ -155,7 +155,7 @@ def test_the_queue_and_a_killed_worker_in_two_tabs(app, tmp_path):
         other.locator('[data-testid="stSidebarNav"] a', has_text="Inside").click()
         assert run_choices(other) == ["stopped"]
         other.locator(".st-key-inside-all label").click()
-        other.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+        other.wait_for_function(browsing.IDLE, timeout=60_000)
         assert sorted(run_choices(other)) == ["error", "stopped"]
         assert browsing.exceptions(other) == 0
         page.close()
@@ -166,7 +166,7 @@ def run_choices(tab) -> list[str]:
     """The statuses of the runs the Inside page's run select offers ("3f2a9c1d · label · stopped" each)."""
     tab.locator(".st-key-inside-run").wait_for(timeout=60_000)
     time.sleep(1.0)  # the rerun the last click triggered may start a moment later
-    tab.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+    tab.wait_for_function(browsing.IDLE, timeout=60_000)
     tab.locator(".st-key-inside-run").click()
     options = tab.get_by_role("option")
     options.first.wait_for(timeout=30_000)

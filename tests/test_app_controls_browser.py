@@ -64,7 +64,7 @@ if MISSING and os.environ.get("CI") != "true":
 
 # No script run under way: no running indicator (it shows only after a run's first 500 ms) and no element
 # marked stale (from the moment a rerun is requested until the run has redrawn or dropped it).
-IDLE = "() => !document.querySelector('[data-testid=\"stStatusWidget\"], [data-stale=\"true\"]')"
+IDLE = f"() => {browsing.NOT_RUNNING} && !document.querySelector('[data-stale=\"true\"]')"
 PRESET = "idinit-fig5-idiz"  # digits, a 4-layer MLP: seconds to train
 
 

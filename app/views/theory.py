@@ -159,7 +159,7 @@ def dca_tab() -> None:
     st.latex(r"G_3 \ge (d-\epsilon-r_*)\lambda_{\min}^2 + \tfrac{\epsilon}{2}\lambda_{\max}^2"
              r" - (\sqrt{1.6+r_*}-1)^2(\lambda_{\max}^2-\lambda_{\min}^2),\quad \epsilon = \frac{1}{" + constant + "}")
     show(dca_gains_figure(d, marked, kappa, lambda_max, as_printed), key="theory-dca-gains",
-                 name="dca-gain-bounds")
+         name="dca-gain-bounds")
 
     xi = r"\frac{1}{\pi(d^2-1)}" if as_printed else r"\frac{1}{\pi(d+2)(d-1)}"
     st.latex(r"\frac{r_*}{d} \le \bigl(1+\kappa(\sqrt{\kappa^2+1}-\kappa)\bigr)^2-1 \;(4.1),\qquad"
@@ -171,7 +171,7 @@ def dca_tab() -> None:
                "gate. G1 ≥ 0 exactly within (4.1) and G2 ≥ 0 exactly within (4.2); (4.3) is slightly more "
                "conservative than G3 ≥ 0.")
     show(dca_thresholds_figure(d, marked, kappa, as_printed), key="theory-dca-thresholds",
-                 name="dca-rank-thresholds")
+         name="dca-rank-thresholds")
 
     st.subheader("Figure 5, recomputed")
     st.caption("The paper's settings (the figure's dimensions are not in the text; these are explorer's choice). "
@@ -180,12 +180,12 @@ def dca_tab() -> None:
     left, right = st.columns(2)
     with left:
         show(figure5_panel(fig5.ratios, fig5.g1_vs_ratio, fig5.g2_vs_ratio, fig5.dims,
-                                   "Figure 5 (left): gain vs r*/d (λmin = 5, λmax = 10)", "r* / d"),
-                     key="theory-dca-fig5-left", name="dca-figure5-left")
+                           "Figure 5 (left): gain vs r*/d (λmin = 5, λmax = 10)", "r* / d"),
+             key="theory-dca-fig5-left", name="dca-figure5-left")
     with right:
         show(figure5_panel(fig5.kappas, fig5.g1_vs_kappa, fig5.g2_vs_kappa, fig5.dims,
-                                   "Figure 5 (right): gain vs κ (λmax = 10, r* = 50)", "κ = λmin / λmax"),
-                     key="theory-dca-fig5-right", name="dca-figure5-right")
+                           "Figure 5 (right): gain vs κ (λmax = 10, r* = 50)", "κ = λmin / λmax"),
+             key="theory-dca-fig5-right", name="dca-figure5-right")
 
 
 # --------------------------------------------------------------------------- tau
@@ -398,7 +398,7 @@ def skip_tab() -> None:
         upper = f"{now.dominant_upper:.4g}" if math.isfinite(now.dominant_upper) else "none (γ too small)"
         metrics[4].metric("upper bound", upper, help="needs ε < 1, i.e. γ/τ > ln(2(n − 1))")
         show(softmax_figure(logits, temperature, now.row_range), key="theory-skip-softmax",
-                     name="skip-softmax-conditioning")
+             name="skip-softmax-conditioning")
 
     st.subheader("Mimetic initialisation: attention conditioning vs β")
     trials = st.slider("draws per point (median)", 1, 11, 9, key="theory-skip-trials")
