@@ -15,6 +15,8 @@ import importlib
 
 import streamlit as st
 
+from explorer_app import plotly_js
+
 # What every page needs: the modules streamlit_app.py imports, and the app's own helpers.
 WARM = ("numpy", "pandas", "plotly.graph_objects", "torch", "explorer", "explorer.papers", "explorer_app.figures",
         "explorer_app.jobs", "explorer_app.limits", "explorer_app.messages", "explorer_app.spec_form",
@@ -63,4 +65,4 @@ def start_first_worker():
     return pool
 
 
-app = st.App("streamlit_app.py", lifespan=warm_up)
+app = st.App("streamlit_app.py", lifespan=warm_up, routes=[plotly_js.route()])

@@ -173,9 +173,13 @@ def measure(page, base: str, spec: explorer.ExperimentSpec, sample_s: float = 3.
             pause_answer = time.perf_counter() - click
             page.locator(".st-key-train-resume button").click()
     page.get_by_text("Finished", exact=False).first.wait_for(timeout=300_000)
-    page.wait_for_function(f"() => ({CHART_TITLES})().some(t => t.includes('Shortcut coefficients'))", timeout=30_000)
+    # The finished page: no script running and both charts drawn, read in the same check (the titles read a moment
+    # later could miss a chart that a last rerun was redrawing).
+    settled = page.wait_for_function(f"""() => {{ const titles = ({CHART_TITLES})();
+        return {NOT_RUNNING} && titles.some(t => t.endsWith(': loss')) &&
+               titles.some(t => t.includes('Shortcut coefficients')) && titles; }}""", timeout=30_000)
     return {"first_loss_point_s": first_point, "chart_refreshes_per_s": refreshes, "pause_click_answer_s": pause_answer,
-            "chart_titles": page.evaluate(CHART_TITLES), "exceptions": exceptions(page)}
+            "chart_titles": settled.json_value(), "exceptions": exceptions(page)}
 
 
 def plain_first_loss(spec: explorer.ExperimentSpec) -> float:

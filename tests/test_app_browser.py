@@ -60,6 +60,42 @@ def test_training_a_preset_shows_the_loss_and_the_heatmap(app, tmp_path):
         shutil.copy(shot, Path(os.environ["EXPLORER_SCREENSHOT_DIR"]) / "train-page.png")
 
 
+# The charts on the page: for each, its title's kind, a number that is the same for the same DOM element
+# (the first time one is seen it gets the next number), and its data's size.
+CHART_ELEMENTS = """() => {
+  window.chartNumbers ??= new WeakMap();
+  window.chartsSeen ??= 0;
+  return Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => {
+    if (!window.chartNumbers.has(g)) window.chartNumbers.set(g, window.chartsSeen++);
+    const title = (g.layout.title || {}).text || '';
+    const kind = title.endsWith(': loss') ? 'loss' : title.includes('Shortcut coefficients') ? 'heatmap' : 'probe';
+    return [kind, window.chartNumbers.get(g), g.data.map(t => (t.x || []).length).join(',')];
+  });
+}"""
+
+
+def test_the_live_charts_are_redrawn_in_place(app):
+    """While a run trains, its loss, heatmap and probe charts change in the same elements (Plotly.react): a
+    chart remounted at each redraw (st.plotly_chart gives a changed figure a new identity) made the page
+    jump and cost the browser a third of a core beside the training."""
+    base, page, _ = app
+    spec = explorer.preset(browsing.PRESET).with_values({"train.steps": 3000, "train.log_every": 10})
+    page.goto(browsing.train_page_url(base, spec))
+    browsing.wait_ready(page)
+    page.locator(".st-key-train-start button").click()
+    page.wait_for_function(f"() => ({browsing.LOSS_POINTS})() > 0", timeout=60_000, polling=20)
+    elements, contents, t0 = {}, {}, time.perf_counter()
+    while time.perf_counter() - t0 < 6 and page.get_by_text("Finished", exact=False).count() == 0:
+        for kind, number, content in page.evaluate(CHART_ELEMENTS):
+            elements.setdefault(kind, set()).add(number)
+            contents.setdefault(kind, set()).add(content)
+        time.sleep(0.05)
+    page.locator(".st-key-train-stop button").click()
+    assert len(contents["loss"]) >= 5, contents["loss"]  # it did redraw
+    assert {kind: len(numbers) for kind, numbers in elements.items()} == {"loss": 1, "heatmap": 1, "probe": 1}
+    assert browsing.exceptions(page) == 0
+
+
 def test_a_shared_url_carries_its_values_into_the_widgets(app):
     base, page, _ = app
     spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"model.depth": 17, "optim.lr": 0.05})

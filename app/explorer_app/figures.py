@@ -1,28 +1,50 @@
-"""Show a plotly figure with its downloads (interactive HTML, and PNG rendered only when asked for)."""
+"""Show a plotly figure with its downloads (interactive HTML, and PNG rendered only when asked for).
+
+Figures that a page's timer redraws (a training run's loss, heatmap and probe charts) are drawn by a small
+component that updates one chart in place (live_chart.js, with the plotly.js that app/server.py serves,
+plotly_js.py). The others, and every chart when app/server.py does not serve the app (`streamlit run
+app/streamlit_app.py`, Streamlit's AppTest), are drawn by st.plotly_chart.
+"""
 
 from __future__ import annotations
 
 import functools
 import importlib.util
 import re
+from pathlib import Path
 
 import plotly.graph_objects as go
 import streamlit as st
 
 from explorer import plots
+from explorer_app import plotly_js
+
+CONFIG = {"displaylogo": False}
+
+
+@functools.cache
+def _live_chart():
+    """The in-place chart's mount command, registered once per server."""
+    return st.components.v2.component("explorer_live_chart", js=Path(__file__).with_name("live_chart.js").read_text(),
+                                      isolate_styles=False)  # not in a shadow root: plotly.js styles the document
 
 
 def _file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "figure"
 
 
-def show(fig: go.Figure, key: str, name: str | None = None, downloads: bool = True) -> None:
+def show(fig: go.Figure, key: str, name: str | None = None, downloads: bool = True, live: bool = False) -> None:
     """Draw `fig` full width; below it, HTML and PNG download buttons (file names from `name`).
 
-    The PNG is rendered on click (kaleido + Chromium); without kaleido the button is disabled and says
-    what to install (the chart's own camera button still saves a PNG from the browser).
+    `live`: a timer redraws this figure (a training run's charts); it is updated in place where the server
+    serves plotly.js, instead of remounted at every redraw. The PNG is rendered on click (kaleido +
+    Chromium); without kaleido the button is disabled and says what to install (the chart's own camera
+    button still saves a PNG from the browser).
     """
-    st.plotly_chart(fig, key=f"chart-{key}", config={"displaylogo": False}, theme=None)
+    if live and plotly_js.served:
+        _live_chart()(data={"figure": fig.to_json(), "src": plotly_js.PATH, "config": CONFIG}, key=f"chart-{key}")
+    else:
+        st.plotly_chart(fig, key=f"chart-{key}", config=CONFIG, theme=None)
     if not downloads:
         return
     stem = _file_stem(name or (fig.layout.title.text or key))

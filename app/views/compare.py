@@ -219,7 +219,7 @@ def grid_view() -> None:
     if curves:
         colors = plots.run_colors([view.label for view in views])
         figures.show(plots.loss_curves(curves, colors=colors, title=f"Grid {grid['number']}: training loss"),
-                     key="compare-grid-loss", name=f"grid-{grid['number']}-loss")
+                     key="compare-grid-loss", name=f"grid-{grid['number']}-loss", live=True)
     if active != st.session_state.get("compare-active", False):
         st.rerun(scope="app")  # switch the refresh timer on or off
 

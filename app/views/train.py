@@ -210,7 +210,7 @@ def show_status(view) -> None:
 def empty_loss_chart() -> None:
     """Empty axes where the loss will be: they also make the browser load plotly.js before the first run."""
     fig = plots.loss_curves([{"label": "no run yet", "history": []}], title="Loss (press Train)")
-    figures.show(fig, key="train-loss", downloads=False)
+    figures.show(fig, key="train-loss", downloads=False, live=True)
 
 
 def show_loss(view) -> None:
@@ -219,7 +219,7 @@ def show_loss(view) -> None:
         empty_loss_chart()
         return
     figures.show(plots.loss_curves([view.as_run()], title=f"{view.label}: loss"), key="train-loss",
-                 name="train-loss")
+                 name="train-loss", live=True)
 
 
 def probe_view() -> None:
@@ -235,10 +235,10 @@ def probe_view() -> None:
     heat, probe_col = st.columns(2)
     with heat:
         if heatmap is not None:
-            figures.show(heatmap, key="train-heatmap", name="shortcut-coefficients")
+            figures.show(heatmap, key="train-heatmap", name="shortcut-coefficients", live=True)
     with probe_col:
         for i, fig in enumerate(probe_figs):
-            figures.show(fig, key=f"train-probe-{i}", name=f"{probe_name}-{i}")
+            figures.show(fig, key=f"train-probe-{i}", name=f"{probe_name}-{i}", live=True)
 
 
 def probe_charts(view) -> tuple:

@@ -1,0 +1,30 @@
+"""plotly.js for the charts redrawn in place (figures.show(..., live=True)), served by app/server.py.
+
+The file is the installed plotly package's own bundle: the version its figures' JSON is written for, read
+from disk (no network). Light to import: server.py adds the route before torch and the library load.
+"""
+
+import importlib.util
+from pathlib import Path
+
+PATH = "/vendor/plotly.min.js"
+served = False  # True once the server has the route; until then figures draw with st.plotly_chart
+
+
+def bundle() -> Path:
+    return Path(importlib.util.find_spec("plotly").origin).parent / "package_data" / "plotly.min.js"
+
+
+def route():
+    """The Starlette route that serves bundle() at PATH; making it switches the in-place charts on."""
+    from starlette.responses import FileResponse
+    from starlette.routing import Route
+
+    global served
+    path = bundle()
+
+    async def plotly_js(request):
+        return FileResponse(path, media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
+
+    served = True
+    return Route(PATH, plotly_js)
