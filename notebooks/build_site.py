@@ -7,8 +7,10 @@
 Each notebook is executed top to bottom in a fresh kernel (nbclient) and converted with nbconvert's
 HTML exporter; OUTDIR gets one NAME.html and the executed NAME.ipynb per notebook and an index.html linking them. The figures
 survive because the notebooks call `explorer.plots.notebook_mode()`: every figure's output carries
-an HTML copy next to plotly's JSON, and plotly.js is inlined once per page (no CDN). The pages load
-MathJax from its CDN for the equations; without a network the equations show as LaTeX source.
+an HTML copy next to plotly's JSON, and plotly.js is inlined once per page (no CDN). The equations are
+typeset by a copy of MathJax 2 in OUTDIR/mathjax (from the jupyter-server-mathjax package, in the
+notebooks and test extras), and the widgets' saved state is left out of the pages (its viewer comes
+from a CDN, and the widgets need a live kernel anyway): a page loads nothing from the network.
 """
 
 from __future__ import annotations
@@ -16,11 +18,29 @@ from __future__ import annotations
 import argparse
 import html
 import os
+import shutil
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 NOTEBOOKS = sorted(HERE.glob("*.ipynb"))
+# The copy build_site makes, relative to a page, with the configuration nbconvert's CDN address names.
+MATHJAX_URL = "mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
+# Set before MathJax.js loads (nbconvert's own configuration is merged in after): the package's fonts are
+# STIX-Web's (not MathJax's default TeX font). A page opened from disk cannot load web fonts (file://), and
+# MathJax then draws with the system's fonts.
+MATHJAX_CONFIG = ('<script>window.MathJax = {"HTML-CSS": {availableFonts: ["STIX-Web"], preferredFont: "STIX-Web", '
+                  'webFont: "STIX-Web", imageFont: null}};</script>\n')
+
+
+def copy_mathjax(outdir: Path) -> None:
+    """Copy MathJax 2 (jupyter-server-mathjax's, about 10 MB) into OUTDIR/mathjax."""
+    try:
+        import jupyter_server_mathjax
+    except ImportError:
+        raise SystemExit("the site's equations need MathJax on disk: pip install jupyter-server-mathjax "
+                         "(it comes with pip install -e \".[notebooks]\")") from None
+    shutil.copytree(Path(jupyter_server_mathjax.__file__).parent / "static", outdir / "mathjax", dirs_exist_ok=True)
 
 
 def build_page(path: Path, outdir: Path, timeout: int = 900) -> Path:
@@ -33,9 +53,14 @@ def build_page(path: Path, outdir: Path, timeout: int = 900) -> Path:
     notebook = nbformat.read(path, as_version=4)
     nbclient.NotebookClient(notebook, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}}).execute()
-    exporter = HTMLExporter(template_name="lab")
+    exporter = HTMLExporter(template_name="lab", mathjax_url=MATHJAX_URL)
     exporter.require_js_url = ""  # nothing on the page needs require.js; without it plotly.js sets window.Plotly
-    body, _ = exporter.from_notebook_node(notebook, resources={"metadata": {"name": path.stem}})
+    page_notebook = nbformat.from_dict({**notebook, "metadata": {k: v for k, v in notebook.metadata.items() if k != "widgets"}})
+    body, _ = exporter.from_notebook_node(page_notebook, resources={"metadata": {"name": path.stem}})
+    loader = f'<script src="{MATHJAX_URL}">'
+    if loader not in body:
+        raise RuntimeError(f"nbconvert's page for {path.name} has no {loader}: its template changed; see MATHJAX_CONFIG")
+    body = body.replace(loader, MATHJAX_CONFIG + loader, 1)
     nbformat.write(notebook, outdir / path.name)
     page = outdir / f"{path.stem}.html"
     page.write_text(body, encoding="utf-8")
@@ -53,6 +78,7 @@ def build_site(outdir: str | os.PathLike, names: list[str] | None = None, fast: 
     if unknown:
         raise SystemExit(f"no notebook named {', '.join(unknown)}; known: {', '.join(p.stem for p in NOTEBOOKS)}")
     os.environ["EXPLORER_FAST"] = "1" if fast else "0"  # the kernels inherit it
+    copy_mathjax(outdir)
     pages, rows = [], []
     for path in tqdm(chosen, desc="notebooks", unit="notebook"):
         start = time.perf_counter()

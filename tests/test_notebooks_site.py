@@ -2,7 +2,8 @@
 
 Builds the quickstart's page and checks that each figure of the executed notebook is in the HTML (its
 div and the script that draws it) with plotly.js inlined once, and, in Chromium with no network
-(skipped without it except in CI), that every figure is drawn on the page with its title.
+(skipped without it except in CI), that every figure is drawn on the page with its title and the
+equations are typeset (MathJax from the site's folder).
 """
 
 import importlib.util
@@ -50,7 +51,9 @@ def test_every_figure_of_the_quickstart_is_in_its_page(site):
         title = data[PLOTLY]["layout"]["title"]["text"]
         assert json.dumps(title)[1:-1] in page
     assert page.count(PLOTLY_JS_BANNER) == 1, "plotly.js must be inlined exactly once"
-    assert not re.search(r'<script[^>]+src="https?://[^"]*plot', page), "plotly.js must not come from a CDN"
+    assert not re.search(r'<script[^>]+src="https?://', page), "no script from the network (plotly.js, MathJax)"
+    assert (site / build_site.MATHJAX_URL.split("?")[0]).is_file()
+    assert "unpkg.com" not in page  # the widgets' viewer: their saved state is left out
     assert (site / "index.html").read_text().count("00_quickstart.html") == 1
 
 
@@ -70,5 +73,8 @@ def test_the_page_draws_every_figure_offline_in_chromium(site, tmp_path):
                                timeout=60_000)
         drawn = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
                               ".map(g => (g.layout.title || {}).text || '')")
+        # the equations typeset by the site's own MathJax: no TeX source left in the text
+        page.wait_for_function("() => document.querySelectorAll('.MathJax').length >= 5 && "
+                               "!document.body.innerText.includes('\\\\tau')", timeout=60_000)
     for title in titles:
         assert title in drawn
