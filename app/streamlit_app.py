@@ -25,7 +25,7 @@ TRAINING_PAGES = ("", "compare", "papers")  # Train (served at /), Compare and P
 WARM_DELAY_S = 1.5  # the worker processes import torch: on 2 cores, let the browser draw the page first
 VIEWS = Path(__file__).resolve().parent / "views"  # resolved: st.Page reads a relative path from the script's folder
 
-st.set_page_config(page_title="Residual Explorer", page_icon=":material/account_tree:", layout="wide")
+st.set_page_config(page_title="Residual Explorer", page_icon="🔀", layout="wide")
 
 pages = [
     st.Page(VIEWS / "train.py", title="Train", icon=":material/model_training:", default=True),  # served at /

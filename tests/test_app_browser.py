@@ -43,6 +43,9 @@ def app(tmp_path_factory):
 
 def test_training_a_preset_shows_the_loss_and_the_heatmap(app, tmp_path):
     base, page, home = app
+    elsewhere = []  # requests to any host but the app's: none (no CDN, no icon from Google's fonts)
+    page.on("request", lambda request: elsewhere.append(request.url)
+            if urllib.parse.urlparse(request.url).hostname not in (None, "127.0.0.1") else None)
     spec = explorer.preset(browsing.PRESET).with_values({"train.steps": 1000, "train.log_every": 10})
     seen = browsing.measure(page, base, spec, sample_s=2.0)
     print(json.dumps({k: v for k, v in seen.items() if k != "chart_titles"}, indent=1))
@@ -51,6 +54,7 @@ def test_training_a_preset_shows_the_loss_and_the_heatmap(app, tmp_path):
     assert any(": loss" in title for title in seen["chart_titles"]), seen["chart_titles"]
     assert any("Shortcut coefficients" in title for title in seen["chart_titles"]), seen["chart_titles"]
     assert page.get_by_text("Finished 1000 steps").count() == 1
+    assert elsewhere == []
     runs = explorer.RunStore(home).list()
     assert [run["status"] for run in runs] == ["finished"] and runs[0]["steps_done"] == 1000
     shot = tmp_path / "train-page.png"

@@ -42,7 +42,7 @@ def show(fig: go.Figure, key: str, name: str | None = None, downloads: bool = Tr
     button still saves a PNG from the browser).
     """
     if live and plotly_js.served:
-        _live_chart()(data={"figure": fig.to_json(), "src": plotly_js.PATH, "config": CONFIG}, key=f"chart-{key}")
+        _live_chart()(data={"figure": fig.to_json(), "src": plotly_js.served, "config": CONFIG}, key=f"chart-{key}")
     else:
         st.plotly_chart(fig, key=f"chart-{key}", config=CONFIG, theme=None)
     if not downloads:

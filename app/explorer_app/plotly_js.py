@@ -7,8 +7,7 @@ from disk (no network). Light to import: server.py adds the route before torch a
 import importlib.util
 from pathlib import Path
 
-PATH = "/vendor/plotly.min.js"
-served = False  # True once the server has the route; until then figures draw with st.plotly_chart
+served: str | None = None  # the URL path, once the server has the route; until then figures use st.plotly_chart
 
 
 def bundle() -> Path:
@@ -16,9 +15,12 @@ def bundle() -> Path:
 
 
 def route():
-    """The Starlette route that serves bundle() at PATH; making it switches the in-place charts on."""
+    """The Starlette route that serves bundle() at /vendor/plotly.min.js under the server's base URL path (a
+    class served behind a proxy at /explorer/ finds it at /explorer/vendor/...); making it switches the
+    in-place charts on."""
     from starlette.responses import FileResponse
     from starlette.routing import Route
+    from streamlit import config
 
     global served
     path = bundle()
@@ -26,5 +28,6 @@ def route():
     async def plotly_js(request):
         return FileResponse(path, media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
 
-    served = True
-    return Route(PATH, plotly_js)
+    base = config.get_option("server.baseUrlPath").strip("/")
+    served = f"/{base}/vendor/plotly.min.js" if base else "/vendor/plotly.min.js"
+    return Route(served, plotly_js)
