@@ -9,8 +9,8 @@ HTML exporter; OUTDIR gets one NAME.html and the executed NAME.ipynb per noteboo
 survive because the notebooks call `explorer.plots.notebook_mode()`: every figure's output carries
 an HTML copy next to plotly's JSON, and plotly.js is inlined once per page (no CDN). The equations are
 typeset by a copy of MathJax 2 in OUTDIR/mathjax (from the jupyter-server-mathjax package, in the
-notebooks and test extras), and the widgets' saved state is left out of the pages (its viewer comes
-from a CDN, and the widgets need a live kernel anyway): a page loads nothing from the network.
+notebooks and test extras), and the interactive outputs (ipywidgets, Panel), which need a live kernel and
+whose viewers come from CDNs, are replaced on the pages by a note: a page loads nothing from the network.
 """
 
 from __future__ import annotations
@@ -43,6 +43,31 @@ def copy_mathjax(outdir: Path) -> None:
     shutil.copytree(Path(jupyter_server_mathjax.__file__).parent / "static", outdir / "mathjax", dirs_exist_ok=True)
 
 
+# Outputs that only a live kernel can bring to life: ipywidgets' views and Panel's dashboards (whose loaders
+# would fetch Panel from its CDN).
+LIVE_OUTPUTS = ("application/vnd.jupyter.widget-view+json", "application/vnd.holoviews_load.v0+json",
+                "application/vnd.holoviews_exec.v0+json")
+LIVE_NOTE = ("<p><em>Interactive output: it needs a running kernel. Open this notebook in JupyterLab "
+             "(<code>jupyter lab notebooks/</code>) to use it.</em></p>")
+
+
+def static_copy(notebook):
+    """The notebook as its static page shows it: each cell's live outputs (and empty ones) replaced by one
+    note, and no saved widget state (its viewer comes from a CDN). The executed notebook keeps them all."""
+    import nbformat
+
+    page = nbformat.from_dict(notebook)  # a deep copy
+    page.metadata.pop("widgets", None)
+    for cell in page.cells:
+        outputs = cell.get("outputs", [])
+        live = [out for out in outputs if any(kind in out.get("data", {}) for kind in LIVE_OUTPUTS)]
+        if live:
+            empty = [out for out in outputs if out.get("output_type") == "display_data" and not out.get("data")]
+            cell.outputs = [out for out in outputs if out not in live and out not in empty] + [
+                nbformat.v4.new_output("display_data", data={"text/html": LIVE_NOTE})]
+    return page
+
+
 def build_page(path: Path, outdir: Path, timeout: int = 900) -> Path:
     """Execute one notebook (in its own folder, with the current environment) and write OUTDIR/NAME.html
     and the executed notebook OUTDIR/NAME.ipynb (to download, or to open in JupyterLab with its outputs)."""
@@ -55,8 +80,7 @@ def build_page(path: Path, outdir: Path, timeout: int = 900) -> Path:
                             resources={"metadata": {"path": str(path.parent)}}).execute()
     exporter = HTMLExporter(template_name="lab", mathjax_url=MATHJAX_URL)
     exporter.require_js_url = ""  # nothing on the page needs require.js; without it plotly.js sets window.Plotly
-    page_notebook = nbformat.from_dict({**notebook, "metadata": {k: v for k, v in notebook.metadata.items() if k != "widgets"}})
-    body, _ = exporter.from_notebook_node(page_notebook, resources={"metadata": {"name": path.stem}})
+    body, _ = exporter.from_notebook_node(static_copy(notebook), resources={"metadata": {"name": path.stem}})
     loader = f'<script src="{MATHJAX_URL}">'
     if loader not in body:
         raise RuntimeError(f"nbconvert's page for {path.name} has no {loader}: its template changed; see MATHJAX_CONFIG")

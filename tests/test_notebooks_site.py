@@ -24,14 +24,25 @@ import build_site  # noqa: E402
 import app_responsiveness as browsing  # noqa: E402  (the browser driver)
 
 PLOTLY = "application/vnd.plotly.v1+json"
+PAGES = ["00_quickstart", "03_idinit"]  # the figures' page, and one with a Panel dashboard (its JS and CSS)
 PLOTLY_JS_BANNER = "plotly.js v"  # the licence banner at the top of the plotly.js bundle
 
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     outdir = tmp_path_factory.mktemp("site")
-    build_site.build_site(outdir, ["00_quickstart"], fast=True)
+    build_site.build_site(outdir, PAGES, fast=True)
     return outdir
+
+
+def need_chromium() -> None:
+    """Skip without Chromium or Playwright; in CI (CI=true), fail."""
+    missing = [w for w, ok in (("Chromium", Path(browsing.CHROMIUM).exists()),
+                               ("playwright", importlib.util.find_spec("playwright") is not None)) if not ok]
+    if missing:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI needs {' and '.join(missing)}")
+        pytest.skip(f"needs {' and '.join(missing)}")
 
 
 def figures_of(notebook: dict) -> list[dict]:
@@ -58,12 +69,7 @@ def test_every_figure_of_the_quickstart_is_in_its_page(site):
 
 
 def test_the_page_draws_every_figure_offline_in_chromium(site, tmp_path):
-    missing = [w for w, ok in (("Chromium", Path(browsing.CHROMIUM).exists()),
-                               ("playwright", importlib.util.find_spec("playwright") is not None)) if not ok]
-    if missing:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI needs {' and '.join(missing)}")
-        pytest.skip(f"needs {' and '.join(missing)}")
+    need_chromium()
     figures = figures_of(json.loads((site / "00_quickstart.ipynb").read_text(encoding="utf-8")))
     titles = [data[PLOTLY]["layout"]["title"]["text"] for data in figures]
     with browsing.browser(tmp_path / "profile", height=1200) as page:
@@ -73,8 +79,34 @@ def test_the_page_draws_every_figure_offline_in_chromium(site, tmp_path):
                                timeout=60_000)
         drawn = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
                               ".map(g => (g.layout.title || {}).text || '')")
-        # the equations typeset by the site's own MathJax: no TeX source left in the text
-        page.wait_for_function("() => document.querySelectorAll('.MathJax').length >= 5 && "
-                               "!document.body.innerText.includes('\\\\tau')", timeout=60_000)
     for title in titles:
         assert title in drawn
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_a_page_typesets_its_equations_and_asks_no_network(site, tmp_path, name):
+    """Every equation is typeset by the site's own MathJax (each $...$ becomes a math/tex script and a
+    typeset .MathJax element), and the page requests nothing but files (no CDN: MathJax, Panel, widgets)."""
+    need_chromium()
+    with browsing.browser(tmp_path / "profile", height=1200) as page:
+        requested = []
+        page.on("request", lambda request: requested.append(request.url)
+                if not request.url.startswith(("file:", "data:", "blob:", "about:")) else None)
+        page.context.set_offline(True)
+        page.goto((site / f"{name}.html").as_uri())
+        page.wait_for_function("() => { const n = document.querySelectorAll('script[type^=\"math/tex\"]').length;"
+                               " return n > 0 && document.querySelectorAll('.MathJax').length === n; }", timeout=60_000)
+        page.wait_for_load_state("networkidle")
+    assert requested == []
+
+
+def test_a_live_output_becomes_a_note_on_the_page(site):
+    """ipywidgets' views and Panel's dashboard need a kernel: on the page each such cell shows one note instead,
+    while the executed notebook keeps them (to open in JupyterLab)."""
+    notebook = json.loads((site / "03_idinit.ipynb").read_text(encoding="utf-8"))
+    live_cells = [cell for cell in notebook["cells"] if any(kind in out.get("data", {}) for out in cell.get("outputs", [])
+                                                           for kind in build_site.LIVE_OUTPUTS)]
+    assert len(live_cells) >= 2 and "widgets" in notebook["metadata"]  # an ipywidgets cell and the dashboard
+    page = (site / "03_idinit.html").read_text(encoding="utf-8")
+    assert page.count(build_site.LIVE_NOTE) == len(live_cells)
+    assert not any(kind in page for kind in build_site.LIVE_OUTPUTS)
