@@ -141,6 +141,15 @@ def exceptions(page) -> int:
     return page.locator('[data-testid="stException"]').count()
 
 
+def requests_elsewhere(page) -> list[str]:
+    """A list that collects, from now on, the URLs `page` requests from any host but this machine's loopback
+    (data:, blob:, file: and about: URLs have no host): the app and the static site ask nobody else."""
+    elsewhere: list[str] = []
+    page.on("request", lambda request: elsewhere.append(request.url)
+            if urllib.parse.urlparse(request.url).hostname not in (None, "127.0.0.1") else None)
+    return elsewhere
+
+
 def measure(page, base: str, spec: explorer.ExperimentSpec, sample_s: float = 3.0, think_s: float = 0.0) -> dict:
     """Open the Train page with `spec`, wait `think_s` (a user reading the page; the app warms up the
     dataset and torch meanwhile), click Train and time what the user sees."""
@@ -219,7 +228,8 @@ def worker_steps_per_s(name: str, changes: dict) -> float:
     server would give it). The worker's own steps/s figure."""
     import tempfile
 
-    sys.path.insert(0, str(ROOT / "app"))
+    if str(ROOT / "app") not in sys.path:
+        sys.path.insert(0, str(ROOT / "app"))
     from explorer_app.jobs import JobQueue, wait
     from explorer_app.workers import WorkerPool
 

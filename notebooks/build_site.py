@@ -24,23 +24,25 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 NOTEBOOKS = sorted(HERE.glob("*.ipynb"))
-# The copy build_site makes, relative to a page, with the configuration nbconvert's CDN address names.
-MATHJAX_URL = "mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe"
-# Set before MathJax.js loads (nbconvert's own configuration is merged in after): the package's fonts are
-# STIX-Web's (not MathJax's default TeX font). A page opened from disk cannot load web fonts (file://), and
-# MathJax then draws with the system's fonts.
-MATHJAX_CONFIG = ('<script>window.MathJax = {"HTML-CSS": {availableFonts: ["STIX-Web"], preferredFont: "STIX-Web", '
-                  'webFont: "STIX-Web", imageFont: null}};</script>\n')
+# The copy build_site makes, relative to a page: nbconvert's CDN configuration, then ours (config/local/).
+MATHJAX_URL = "mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full,Safe,local/explorer"
+# The package's fonts are STIX-Web's, not MathJax's default TeX font (whose font data it does not have).
+MATHJAX_LOCAL_CONFIG = """MathJax.Hub.Config({"HTML-CSS": {availableFonts: ["STIX-Web"], preferredFont: "STIX-Web",
+                                  webFont: "STIX-Web", imageFont: null}});
+MathJax.Ajax.loadComplete("[MathJax]/config/local/explorer.js");
+"""
 
 
 def copy_mathjax(outdir: Path) -> None:
-    """Copy MathJax 2 (jupyter-server-mathjax's, about 10 MB) into OUTDIR/mathjax."""
+    """Copy MathJax 2 (jupyter-server-mathjax's, about 10 MB) into OUTDIR/mathjax, with our configuration."""
     try:
         import jupyter_server_mathjax
     except ImportError:
         raise SystemExit("the site's equations need MathJax on disk: pip install jupyter-server-mathjax "
                          "(it comes with pip install -e \".[notebooks]\")") from None
     shutil.copytree(Path(jupyter_server_mathjax.__file__).parent / "static", outdir / "mathjax", dirs_exist_ok=True)
+    (outdir / "mathjax" / "config" / "local").mkdir(exist_ok=True)
+    (outdir / "mathjax" / "config" / "local" / "explorer.js").write_text(MATHJAX_LOCAL_CONFIG)
 
 
 # Outputs that only a live kernel can bring to life: ipywidgets' views and Panel's dashboards (whose loaders
@@ -51,20 +53,24 @@ LIVE_NOTE = ("<p><em>Interactive output: it needs a running kernel. Open this no
              "(<code>jupyter lab notebooks/</code>) to use it.</em></p>")
 
 
+def is_live(output: dict) -> bool:
+    return any(kind in output.get("data", {}) for kind in LIVE_OUTPUTS)
+
+
 def static_copy(notebook):
-    """The notebook as its static page shows it: each cell's live outputs (and empty ones) replaced by one
-    note, and no saved widget state (its viewer comes from a CDN). The executed notebook keeps them all."""
+    """The notebook as its static page shows it: each cell's live outputs (and the empty displays beside
+    them) replaced by one note, and no saved widget state (its viewer comes from a CDN). The executed
+    notebook keeps them all."""
     import nbformat
 
     page = nbformat.from_dict(notebook)  # a deep copy
     page.metadata.pop("widgets", None)
     for cell in page.cells:
         outputs = cell.get("outputs", [])
-        live = [out for out in outputs if any(kind in out.get("data", {}) for kind in LIVE_OUTPUTS)]
-        if live:
-            empty = [out for out in outputs if out.get("output_type") == "display_data" and not out.get("data")]
-            cell.outputs = [out for out in outputs if out not in live and out not in empty] + [
-                nbformat.v4.new_output("display_data", data={"text/html": LIVE_NOTE})]
+        if any(map(is_live, outputs)):
+            empty = [out.get("output_type") == "display_data" and not out.get("data") for out in outputs]
+            cell.outputs = [out for out, blank in zip(outputs, empty) if not (blank or is_live(out))]
+            cell.outputs.append(nbformat.v4.new_output("display_data", data={"text/html": LIVE_NOTE}))
     return page
 
 
@@ -81,10 +87,6 @@ def build_page(path: Path, outdir: Path, timeout: int = 900) -> Path:
     exporter = HTMLExporter(template_name="lab", mathjax_url=MATHJAX_URL)
     exporter.require_js_url = ""  # nothing on the page needs require.js; without it plotly.js sets window.Plotly
     body, _ = exporter.from_notebook_node(static_copy(notebook), resources={"metadata": {"name": path.stem}})
-    loader = f'<script src="{MATHJAX_URL}">'
-    if loader not in body:
-        raise RuntimeError(f"nbconvert's page for {path.name} has no {loader}: its template changed; see MATHJAX_CONFIG")
-    body = body.replace(loader, MATHJAX_CONFIG + loader, 1)
     nbformat.write(notebook, outdir / path.name)
     page = outdir / f"{path.stem}.html"
     page.write_text(body, encoding="utf-8")

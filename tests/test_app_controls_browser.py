@@ -46,7 +46,6 @@ import os
 import re
 import sys
 import time
-import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -165,16 +164,12 @@ def download(page, key: str):
     return info.value
 
 
-REQUESTED_HOSTS: dict[str, str] = {}  # every host the module's page asked for something: one URL each
-
-
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
     assert not MISSING, f"CI needs {' and '.join(MISSING)} for the browser test"
     root = tmp_path_factory.mktemp("controls")
     with browsing.serve(root / "home") as base, browsing.browser(root / "profile", height=1800) as page:
-        page.on("request", lambda request: REQUESTED_HOSTS.setdefault(urllib.parse.urlparse(request.url).hostname
-                                                                       or "(none)", request.url))
+        page.elsewhere = browsing.requests_elsewhere(page)  # read by the module's last test
         yield base, page, root
 
 
@@ -534,11 +529,9 @@ def test_every_control_of_theory(app):
 
 
 def test_no_page_asked_another_host(app):
-    """After the tests above pressed every control of every page: the browser asked the app's server only (no
-    CDN, no icon from Google's fonts; data: and blob: URLs have no host). Run alone, it checks one page."""
+    """After the tests above pressed every control of every page, and after opening the Train page once more:
+    the browser asked the app's server only (no CDN, no icon from Google's fonts)."""
     base, page, _ = app
-    if not REQUESTED_HOSTS:
-        page.goto(base)
-        settle(page, "opening the Train page", until="() => document.querySelectorAll('.st-key-train-start').length > 0")
-    assert "127.0.0.1" in REQUESTED_HOSTS
-    assert {host: url for host, url in REQUESTED_HOSTS.items() if host not in ("127.0.0.1", "(none)")} == {}
+    page.goto(base)
+    settle(page, "opening the Train page", until="() => document.querySelectorAll('.st-key-train-start').length > 0")
+    assert page.elsewhere == []

@@ -1,9 +1,10 @@
 """The static site of the executed notebooks keeps every figure (notebooks/build_site.py, fast mode).
 
-Builds the quickstart's page and checks that each figure of the executed notebook is in the HTML (its
-div and the script that draws it) with plotly.js inlined once, and, in Chromium with no network
-(skipped without it except in CI), that every figure is drawn on the page with its title and the
-equations are typeset (MathJax from the site's folder).
+Builds the quickstart's and IDInit's pages. Checks that each figure of the executed quickstart is in the
+HTML (its div and the script that draws it) with plotly.js inlined once, that a cell's interactive outputs
+became one note, and, in Chromium with no network (skipped without it except in CI), that every figure is
+drawn with its title, every equation is typeset (MathJax from the site's folder) and nothing is requested
+from the network.
 """
 
 import importlib.util
@@ -89,9 +90,7 @@ def test_a_page_typesets_its_equations_and_asks_no_network(site, tmp_path, name)
     typeset .MathJax element), and the page requests nothing but files (no CDN: MathJax, Panel, widgets)."""
     need_chromium()
     with browsing.browser(tmp_path / "profile", height=1200) as page:
-        requested = []
-        page.on("request", lambda request: requested.append(request.url)
-                if not request.url.startswith(("file:", "data:", "blob:", "about:")) else None)
+        requested = browsing.requests_elsewhere(page)
         page.context.set_offline(True)
         page.goto((site / f"{name}.html").as_uri())
         page.wait_for_function("() => { const n = document.querySelectorAll('script[type^=\"math/tex\"]').length;"
@@ -104,8 +103,7 @@ def test_a_live_output_becomes_a_note_on_the_page(site):
     """ipywidgets' views and Panel's dashboard need a kernel: on the page each such cell shows one note instead,
     while the executed notebook keeps them (to open in JupyterLab)."""
     notebook = json.loads((site / "03_idinit.ipynb").read_text(encoding="utf-8"))
-    live_cells = [cell for cell in notebook["cells"] if any(kind in out.get("data", {}) for out in cell.get("outputs", [])
-                                                           for kind in build_site.LIVE_OUTPUTS)]
+    live_cells = [cell for cell in notebook["cells"] if any(map(build_site.is_live, cell.get("outputs", [])))]
     assert len(live_cells) >= 2 and "widgets" in notebook["metadata"]  # an ipywidgets cell and the dashboard
     page = (site / "03_idinit.html").read_text(encoding="utf-8")
     assert page.count(build_site.LIVE_NOTE) == len(live_cells)
