@@ -15,7 +15,7 @@ import importlib
 
 import streamlit as st
 
-from explorer_app import plotly_js
+from explorer_app import live_feed, plotly_js
 
 # What every page needs: the modules streamlit_app.py imports, and the app's own helpers.
 WARM = ("numpy", "pandas", "plotly.graph_objects", "torch", "explorer", "explorer.papers", "explorer_app.figures",
@@ -65,4 +65,4 @@ def start_first_worker():
     return pool
 
 
-app = st.App("streamlit_app.py", lifespan=warm_up, routes=[plotly_js.route()])
+app = st.App("streamlit_app.py", lifespan=warm_up, routes=[plotly_js.route(), live_feed.route()])

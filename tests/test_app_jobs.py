@@ -221,13 +221,29 @@ def test_data_files_are_read_only_from_the_data_folders(tmp_path, monkeypatch):
     assert explorer.build(spec, device="cpu")[1].n_train > 0
 
 
-def test_jobs_share_the_cores_without_oversubscribing(worker_pool):
-    assert [jobs.threads_per_job(max_jobs, cores=8) for max_jobs in (1, 2, 3, 8)] == [7, 3, 2, 1]
-    assert jobs.threads_per_job(2, cores=2) == 1 and jobs.threads_per_job(1, cores=1) == 1
-    queue = jobs.JobQueue(1, pool=worker_pool)
-    queue.threads = 3
-    job = queue.submit(SPEC.with_values({"train.steps": 5}), "t", record=False)
-    assert jobs.wait(job).status == "finished" and job.worker_threads == 3
+def test_the_running_jobs_share_the_cores_and_rebalance(worker_pool):
+    """A lone run trains with every core but one (left to the server and a browser); when a second starts
+    they share them, and the first gets them back when the second ends. A claims job keeps the share of a
+    full queue whatever else runs."""
+    assert [jobs.threads_per_job(running, cores=9) for running in (1, 2, 3, 8, 9)] == [8, 4, 2, 1, 1]
+    assert jobs.threads_per_job(1, cores=2) == 1 and jobs.threads_per_job(1, cores=1) == 1
+    queue = jobs.JobQueue(2, pool=worker_pool, cores=5)
+    assert queue.claim_threads == 2
+    every_step = LONG.with_values({"train.log_every": 1})
+    first = queue.submit(every_step, "first", record=False)
+    wait_for(lambda: first.worker_threads == 4 and first.view().history)
+    second = queue.submit(every_step, "second", record=False)
+    wait_for(lambda: first.worker_threads == 2 and second.worker_threads == 2)
+    second.stop()
+    assert jobs.wait(second).status == "stopped"
+    wait_for(lambda: first.worker_threads == 4)
+    first.pause()
+    held_at(first)
+    claims = queue.submit_claims([("idinit", "chi-at-init")], fast=True, label="claims")
+    assert jobs.wait(claims).status == "finished" and claims.threads == 2
+    wait_for(lambda: first.threads == 4 and first.worker_threads == 4)  # alone again (and paused)
+    first.stop()
+    assert jobs.wait(first).status == "stopped"
 
 
 def test_jobs_run_on_a_local_ray_with_the_same_protocol(monkeypatch):

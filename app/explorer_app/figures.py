@@ -1,9 +1,10 @@
 """Show a plotly figure with its downloads (interactive HTML, and PNG rendered only when asked for).
 
-Figures that a page's timer redraws (a training run's loss, heatmap and probe charts) are drawn by a small
-component that updates one chart in place (live_chart.js, with the plotly.js that app/server.py serves,
-plotly_js.py). The others, and every chart when app/server.py does not serve the app (`streamlit run
-app/streamlit_app.py`, Streamlit's AppTest), are drawn by st.plotly_chart.
+Figures that change while the page is open (a training run's loss, heatmap and probe charts) are live
+parts: a small component (live_chart.js, with the plotly.js that app/server.py serves, plotly_js.py) keeps
+one chart and updates it in place, and, given a feed link (live_feed.py), follows the run by polling the
+server instead of waiting for the page's reruns. The other figures, and every chart when app/server.py does
+not serve the app (`streamlit run app/streamlit_app.py`, Streamlit's AppTest), are drawn by st.plotly_chart.
 """
 
 from __future__ import annotations
@@ -11,49 +12,64 @@ from __future__ import annotations
 import functools
 import importlib.util
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import plotly.graph_objects as go
 import streamlit as st
 
 from explorer import plots
-from explorer_app import plotly_js
+from explorer_app import live_feed, plotly_js
 
 CONFIG = {"displaylogo": False}
 
 
 @functools.cache
-def _live_chart():
-    """The in-place chart's mount command, registered once per server."""
+def _live_part():
+    """The live parts' mount command, registered once per server."""
     return st.components.v2.component("explorer_live_chart", js=Path(__file__).with_name("live_chart.js").read_text(),
                                       isolate_styles=False)  # not in a shadow root: plotly.js styles the document
+
+
+def progress(fraction: float, text: str, key: str, feed: live_feed.Link | None = None) -> None:
+    """A progress bar; given a feed link it follows the feed's progress between the page's reruns."""
+    if feed is None:
+        st.progress(fraction, text=text)
+        return
+    _live_part()(data={"kind": "progress", "progress": {"fraction": fraction, "text": text}, "feed": feed.to_data()},
+                 key=f"progress-{key}", on_stale_change=live_feed.mark_stale)
 
 
 def _file_stem(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "figure"
 
 
-def show(fig: go.Figure, key: str, name: str | None = None, downloads: bool = True, live: bool = False) -> None:
+def show(fig: go.Figure, key: str, name: str | None = None, downloads: bool = True, live: bool = False,
+         feed: live_feed.Link | None = None, current: Callable[[], go.Figure] | None = None) -> None:
     """Draw `fig` full width; below it, HTML and PNG download buttons (file names from `name`).
 
-    `live`: a timer redraws this figure (a training run's charts); it is updated in place where the server
-    serves plotly.js, instead of remounted at every redraw. The PNG is rendered on click (kaleido +
-    Chromium); without kaleido the button is disabled and says what to install (the chart's own camera
-    button still saves a PNG from the browser).
+    `live`: the figure changes while the page is open; it is updated in place where the server serves
+    plotly.js, instead of remounted at every redraw, and follows `feed` (a live_feed link) between reruns.
+    `current()`: the figure as it is when a download is clicked (a live chart's moves on after the page drew
+    it; default `fig`). The PNG is rendered on click (kaleido + Chromium); without kaleido the button is
+    disabled and says what to install (the chart's own camera button still saves a PNG from the browser).
     """
     if live and plotly_js.served:
-        _live_chart()(data={"figure": fig.to_json(), "src": plotly_js.served, "config": CONFIG}, key=f"chart-{key}")
+        _live_part()(data={"kind": "chart", "figure": fig.to_json(), "src": plotly_js.served, "config": CONFIG,
+                           "feed": feed.to_data() if feed else None},
+                     key=f"chart-{key}", on_stale_change=live_feed.mark_stale)
     else:
         st.plotly_chart(fig, key=f"chart-{key}", config=CONFIG, theme=None)
     if not downloads:
         return
+    current = current or (lambda: fig)
     stem = _file_stem(name or (fig.layout.title.text or key))
     row = st.container(horizontal=True)  # buttons as wide as their labels: narrow columns cut them to "H.."
-    row.download_button("Download HTML", data=lambda: plots.to_html_bytes(fig), file_name=f"{stem}.html",
-                         mime="text/html", key=f"html-{key}", on_click="ignore", icon=":material/download:")
-    row.download_button("Download PNG", data=lambda: plots.to_png_bytes(fig), file_name=f"{stem}.png",
-                          mime="image/png", key=f"png-{key}", on_click="ignore", icon=":material/download:",
-                          disabled=not _png_export_installed(), help=None if _png_export_installed() else plots.PNG_FIX)
+    row.download_button("Download HTML", data=lambda: plots.to_html_bytes(current()), file_name=f"{stem}.html",
+                        mime="text/html", key=f"html-{key}", on_click="ignore", icon=":material/download:")
+    row.download_button("Download PNG", data=lambda: plots.to_png_bytes(current()), file_name=f"{stem}.png",
+                        mime="image/png", key=f"png-{key}", on_click="ignore", icon=":material/download:",
+                        disabled=not _png_export_installed(), help=None if _png_export_installed() else plots.PNG_FIX)
 
 
 @functools.cache  # asked at every redraw of every figure: a search of sys.path each time

@@ -8,8 +8,10 @@ relays events. Jobs belong to the browser session that submitted them: a session
 session ends (its tab closed), so an orphan does not hold a slot others wait for. `jobs()` lists every job
 for an operator, who may stop any. A `Job` is the server's copy of one run: the worker streams its logged
 rows, live probe results, status and run id (the worker records the run in the run store itself), and the
-job keeps them under a lock. The page reads `Job.view(since=n)` (only the rows after the n it has) from a
-fragment that reruns a few times a second. Pause, Step and Stop act at logged steps (`train.log_every`).
+job keeps them under a lock. The page's live feed (explorer_app.live_feed), or without one a fragment that
+reruns a few times a second, reads `Job.view(since=n)` (only the rows after the n it has). The running
+jobs share the cores, rebalanced as jobs start and end. Pause, Step and Stop act at logged steps
+(`train.log_every`).
 A claims job runs paper claims one after another and reports each result as it comes.
 """
 
@@ -101,8 +103,8 @@ class Job:
         self._queue: JobQueue | None = None
         self._worker = None  # the worker process running it, while it runs
         self.worker_pid: int | None = None
-        self.worker_threads: int | None = None  # intra-op threads the worker trained with (it reports them)
-        self.threads = 1  # intra-op threads to train with (set by the queue)
+        self.worker_threads: int | None = None  # intra-op threads the worker trains with now (it reports them)
+        self.threads = 1  # intra-op threads to train with (set by the queue, changed as other jobs start and end)
         self.done = threading.Event()
         self._snapshot: tuple[int, dict] | None = None
         self._snapshot_ready = threading.Event()
@@ -296,6 +298,8 @@ class JobQueue:
     `pool`: the WorkerPool to run them in (default: one of `max_jobs` workers, started at the first job or
     at `warm()`); several queues may share one pool (the tests do).
 
+    `cores`: the intra-op threads the running jobs share (default: torch's default here, as `explorer train`).
+
     `alive(session_id)` says whether a browser session is still there; with it, a reaper thread (every
     `reap_every` seconds; None: only when `reap` is called) stops the jobs of a session gone for `grace_s`
     seconds. Without `alive` (scripts, most tests) jobs are not tied to sessions' lives.
@@ -303,7 +307,7 @@ class JobQueue:
 
     def __init__(self, max_jobs: int, store: RunStore | None = None, max_per_session: int | None = None,
                  alive: Callable[[str], bool] | None = None, grace_s: float = 60.0, reap_every: float | None = 5.0,
-                 pool: WorkerPool | None = None):
+                 pool: WorkerPool | None = None, cores: int | None = None):
         if max_jobs < 1:
             raise ValueError(f"max_jobs must be at least 1, got {max_jobs}")
         self.max_jobs, self.store = max_jobs, store
@@ -316,8 +320,12 @@ class JobQueue:
         self._gone_since: dict[str, float] = {}
         self.reap_every = reap_every
         self.pool = pool if pool is not None else WorkerPool(max_jobs)
-        # a Ray actor holds one CPU of its node; local workers share this machine's cores
-        self.threads = 1 if self.pool.backend == "ray" else threads_per_job(max_jobs)
+        # A Ray actor holds one CPU of its node; local workers share this machine's cores: the jobs running
+        # share them out (a lone run gets them all but one), and a claims job always gets the share of a full
+        # queue, so a claim's numbers do not depend on what else ran (float sums change with threads).
+        self.cores = 1 if self.pool.backend == "ray" else (cores or default_threads())
+        self.claim_threads = threads_per_job(max_jobs, self.cores)
+        self._running_jobs: set[Job] = set()
         if alive is not None and reap_every is not None:
             threading.Thread(target=self._reap_forever, name="explorer-job-reaper", daemon=True).start()
 
@@ -361,7 +369,7 @@ class JobQueue:
                                "one to end or stop it")
 
     def _enqueue(self, job: Job) -> Job:
-        job._queue, job.threads = self, self.threads
+        job._queue = self
         with self._cond:
             self._waiting.append(job)
             self._jobs.append(job)
@@ -411,6 +419,8 @@ class JobQueue:
             self._cond.notify_all()
             if not job._stop.is_set():
                 self._running += 1
+                self._running_jobs.add(job)
+                self._share_cores()
         if job._stop.is_set():
             self._cancel(job)
             return
@@ -428,9 +438,23 @@ class JobQueue:
         finally:
             with self._cond:
                 self._running -= 1
+                self._running_jobs.discard(job)
+                self._share_cores()
                 self._cond.notify_all()
             job.ended_at = time.monotonic()
             job.done.set()
+
+    def _share_cores(self) -> None:
+        """(Under the queue's lock.) Give each running training job its share of the cores, telling the
+        workers whose share changed (they switch at their next logged step). More threads than cores is far
+        worse than fewer: on 2 cores beside a process busy half the time, a ViT trained at 20.8 steps/s with 2
+        threads and 23.5 with 1 (an OpenMP barrier waits for a descheduled thread)."""
+        share = threads_per_job(max(len(self._running_jobs), 1), self.cores)
+        for job in self._running_jobs:
+            threads = self.claim_threads if job.kind == "claims" else share
+            if job.threads != threads:
+                job.threads = threads
+                job._tell(("threads", threads))
 
     @staticmethod
     def _cancel(job: Job) -> None:
@@ -440,13 +464,21 @@ class JobQueue:
         job.done.set()
 
 
-def threads_per_job(max_jobs: int, cores: int | None = None) -> int:
-    """Intra-op threads for each training job: the cores, less one for the server and the browser, shared
-    by the jobs that may run at once (at least 1). More threads than free cores is far worse than fewer:
-    on a 2-core laptop with one other busy process, 2 threads trained the tau MLP-ResNet at 3.5 steps/s
-    and 1 thread at 270 (an OpenMP barrier waits for the descheduled thread)."""
-    cores = cores or os.cpu_count() or 1
-    return max(1, (cores - 1) // max_jobs)
+def threads_per_job(jobs: int, cores: int) -> int:
+    """Intra-op threads for each of `jobs` jobs running at once on `cores`: the cores less one for the server
+    and a browser on the same machine, shared out (at least 1). On a 2-core VM with Chromium showing the
+    run, a lone run trained faster with 1 thread than with both cores: the ANCRe preset at 0.69-0.80x of
+    `explorer train` against 0.46-0.51x, the tau MLP-ResNet at 0.54-0.55x against 0.38-0.57x (the ViT
+    preset: 0.54-0.57x against 0.59-0.62x)."""
+    return max(1, (cores - 1) // max(jobs, 1))
+
+
+def default_threads() -> int:
+    """The intra-op threads torch would train with in a fresh process here (`explorer train`'s): the physical
+    cores, or OMP_NUM_THREADS."""
+    import torch
+
+    return torch.get_num_threads()
 
 
 def wait(job: Job, timeout: float = 300.0) -> JobView:

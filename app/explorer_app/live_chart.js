@@ -1,8 +1,11 @@
-// A plotly chart redrawn in place: figures.show(..., live=True) on a page whose timer redraws it.
-// st.plotly_chart gives a chart a new identity whenever its figure changes, so every redraw mounted a new
-// chart (Plotly.newPlot) and dropped the old one, five times a second: the page jumped for a frame, and the
-// browser took 0.64 of a core beside the training (0.47 in place). Here one element keeps its chart and
-// Plotly.react updates it; plotly.js comes from the app's server (data.src), loaded once per page.
+// A page's live parts: plotly charts redrawn in place, and progress bars, following a feed (live_feed.py).
+//
+// st.plotly_chart gives a chart a new identity whenever its figure changes, so a timer's redraw mounted a new
+// chart and dropped the old one. Here one element keeps its chart and Plotly.react updates it; plotly.js
+// comes from the app's server (data.src), loaded once per page. A part given a feed (data.feed) also polls
+// the feed's URL while its run is active: the parts of one page share one poller per feed, each gets its
+// chart's newest figure, and the page is asked to rerun (the "stale" trigger) when the feed's stamp says
+// that its buttons and messages no longer show the run's state. No Streamlit rerun happens in between.
 
 function loadPlotly(src) {
   if (window.Plotly) return Promise.resolve(window.Plotly);
@@ -19,16 +22,18 @@ function loadPlotly(src) {
   return window.explorerPlotlyLoading;
 }
 
+// ---- charts --------------------------------------------------------------------------------------
+
 // Draw the latest figure; figures that arrive while one is drawn replace each other, so a slow browser
 // draws the newest and skips the ones in between.
 async function draw(chart) {
   try {
-    const Plotly = await loadPlotly(chart.latest.src);
+    const Plotly = await loadPlotly(chart.src);
     while (chart.drawn !== chart.latest) {
-      const data = chart.latest;
-      chart.drawn = data;
-      const figure = JSON.parse(data.figure);
-      await Plotly.react(chart, figure.data, figure.layout, data.config);
+      const figureJson = chart.latest;
+      chart.drawn = figureJson;
+      const figure = JSON.parse(figureJson);
+      await Plotly.react(chart, figure.data, figure.layout, chart.config);
     }
   } catch (error) {
     chart.textContent = `This chart could not be drawn: ${error.message}`;
@@ -37,7 +42,12 @@ async function draw(chart) {
   }
 }
 
-export default function ({ parentElement, data }) {
+function showFigure(chart, figureJson) {
+  chart.latest = figureJson;
+  chart.drawing ??= draw(chart);
+}
+
+function mountChart(parentElement, data) {
   let chart = parentElement.querySelector(".explorer-live-chart");
   if (!chart) {
     chart = document.createElement("div");
@@ -52,10 +62,134 @@ export default function ({ parentElement, data }) {
     });
     chart.resized.observe(chart);
   }
-  chart.latest = data;
-  chart.drawing ??= draw(chart);
-  return () => {  // unmounted: the run's charts left the page
-    chart.resized.disconnect();
-    if (window.Plotly) window.Plotly.purge(chart);
+  chart.src = data.src;
+  chart.config = data.config;
+  return {element: chart, show: (update) => showFigure(chart, update.figure), progress: null,
+          unmount: () => { chart.resized.disconnect(); if (window.Plotly) window.Plotly.purge(chart); }};
+}
+
+// ---- progress bars -------------------------------------------------------------------------------
+
+function mountProgress(parentElement) {
+  let box = parentElement.querySelector(".explorer-live-progress");
+  if (!box) {
+    box = document.createElement("div");
+    box.className = "explorer-live-progress";
+    box.innerHTML = `<p class="explorer-live-progress-text" style="margin: 0 0 0.25rem; font-size: 0.875rem;"></p>
+      <div role="progressbar" aria-valuemin="0" aria-valuemax="100" style="height: 0.5rem; border-radius: 0.25rem;
+           background: var(--st-secondary-background-color, #f0f2f6); overflow: hidden;">
+        <div class="explorer-live-progress-bar" style="height: 100%; width: 0;
+             background: var(--st-primary-color, #ff4b4b);"></div></div>`;
+    parentElement.appendChild(box);
+  }
+  const setProgress = ({fraction, text}) => {
+    const percent = Math.round(Math.min(Math.max(fraction, 0), 1) * 100);
+    box.querySelector(".explorer-live-progress-text").textContent = text;  // text, never markup
+    box.querySelector(".explorer-live-progress-bar").style.width = `${percent}%`;
+    box.querySelector("[role=progressbar]").setAttribute("aria-valuenow", String(percent));
+  };
+  return {element: box, show: () => {}, progress: setProgress, unmount: () => {}, initial: setProgress};
+}
+
+// ---- feeds ---------------------------------------------------------------------------------------
+
+const feeds = (window.explorerLiveFeeds ??= new Map());  // feed URL -> {parts, stamp, polling, ...}
+const ASK_AGAIN_MS = 2000;  // a rerun asked for and not yet drawn is asked for again after this long
+
+function feedAt(url) {
+  let feed = feeds.get(url);
+  if (!feed) {
+    feed = {url, parts: new Map(), stamp: null, period: 200, polling: false, askedAt: -Infinity};
+    feeds.set(url, feed);
+  }
+  return feed;
+}
+
+// Ask the page to rerun: its widgets no longer show the feed's state (or the feed is gone).
+function askRerun(feed) {
+  const now = performance.now();
+  if (now - feed.askedAt < ASK_AGAIN_MS) return;
+  const part = feed.parts.values().next().value;
+  if (!part) return;
+  feed.askedAt = now;
+  part.setTriggerValue("stale", now);
+}
+
+async function poll(feed) {
+  feed.polling = true;
+  try {
+    while (feed.parts.size) {
+      const have = {};
+      for (const [name, part] of feed.parts) if (part.version) have[name] = part.version;
+      let body = null;
+      try {
+        const reply = await fetch(`${feed.url}?have=${encodeURIComponent(JSON.stringify(have))}`, {cache: "no-store"});
+        if (reply.status === 404) {  // the server dropped the feed: the page publishes a new one when it reruns
+          askRerun(feed);
+          break;
+        }
+        if (reply.ok) body = await reply.json();
+      } catch (error) {
+        // the server is busy or restarting: ask again at the next period
+      }
+      if (body) {
+        for (const [name, chart] of Object.entries(body.charts)) {
+          const part = feed.parts.get(name);
+          if (part) {
+            part.version = chart.version;
+            part.show({figure: chart.figure});
+          }
+        }
+        if (body.progress) for (const part of feed.parts.values()) part.progress?.(body.progress);
+        if (body.stamp !== feed.stamp) askRerun(feed);
+        else if (!body.active) break;  // the run ended and the page shows it: nothing more will change
+      }
+      await new Promise((resolve) => setTimeout(resolve, feed.period));
+    }
+  } finally {
+    feed.polling = false;
+    if (!feed.parts.size) feeds.delete(feed.url);
+  }
+}
+
+// Leave every feed this part follows, but the one at `url`.
+function unfollow(part, url = null) {
+  for (const [other, feed] of feeds) {
+    if (other === url) continue;
+    for (const [name, member] of feed.parts) if (member === part) feed.parts.delete(name);
+  }
+}
+
+function follow(part, link) {
+  unfollow(part, link.url);  // it followed another feed before (a new run, a new token)
+  const feed = feedAt(link.url);
+  if (feed.stamp !== link.stamp) feed.askedAt = -Infinity;  // the page drew a new state: a new ask may come
+  feed.stamp = link.stamp;
+  feed.period = link.period_ms;
+  part.version = link.version;
+  feed.parts.set(link.part, part);
+  if (!feed.polling) poll(feed);
+}
+
+// ---- the component -------------------------------------------------------------------------------
+
+export default function ({ parentElement, data, setTriggerValue }) {
+  const part = (parentElement.explorerLivePart ??=
+    data.kind === "progress" ? mountProgress(parentElement) : mountChart(parentElement, data));
+  part.setTriggerValue = setTriggerValue;
+  // Streamlit may call this again with the data it last sent (not only after a rerun): the feed has drawn
+  // newer figures since, so only new data from the page is drawn.
+  const drawn = data.kind === "progress" ? JSON.stringify(data.progress) : data.figure;
+  if (part.drawnFromPage !== drawn) {
+    part.drawnFromPage = drawn;
+    if (data.kind === "progress") part.initial(data.progress);
+    else part.show({figure: data.figure});
+  }
+  if (data.feed) follow(part, data.feed);
+  else unfollow(part);  // the page shows an ended run: nothing to follow
+  return () => {  // unmounted: the run's live parts left the page
+    unfollow(part);
+    part.unmount();
+    parentElement.explorerLivePart = undefined;
   };
 }

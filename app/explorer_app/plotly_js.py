@@ -20,7 +20,6 @@ def route():
     in-place charts on."""
     from starlette.responses import FileResponse
     from starlette.routing import Route
-    from streamlit import config
 
     global served
     path = bundle()
@@ -28,6 +27,13 @@ def route():
     async def plotly_js(request):
         return FileResponse(path, media_type="text/javascript", headers={"Cache-Control": "max-age=86400"})
 
-    base = config.get_option("server.baseUrlPath").strip("/")
-    served = f"/{base}/vendor/plotly.min.js" if base else "/vendor/plotly.min.js"
+    served = under_base("vendor/plotly.min.js")
     return Route(served, plotly_js)
+
+
+def under_base(path: str) -> str:
+    """`path` under the server's base URL path: /path, or /explorer/path behind a proxy at /explorer/."""
+    from streamlit import config
+
+    base = config.get_option("server.baseUrlPath").strip("/")
+    return f"/{base}/{path}" if base else f"/{path}"

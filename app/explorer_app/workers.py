@@ -10,8 +10,9 @@ The protocol is pickled tuples over a duplex Pipe (`send_bytes`; a tensor never 
 parent -> worker: ("job", payload) where payload is {"kind": "train", "spec": spec dict, "label", "probes",
     "probe_every", "optional_probes", "store": run-store folder or None, "paused", "threads", "env",
     "data_roots"} or {"kind": "claims", "claims": [(paper, id), ...], "fast", "threads", "env", ...};
-    then, while it runs, ("pause",), ("resume",), ("step",), ("stop",), ("snapshot",).
-worker -> parent: ("ready", pid) once; then per job ("threads", n), ("note", probe, why), ("run_id", id),
+    then, while it runs, ("pause",), ("resume",), ("step",), ("stop",), ("snapshot",), and ("threads", n)
+    (train with n intra-op threads from the next logged step).
+worker -> parent: ("ready", pid) once; then per job ("threads", n) (and again when n changes), ("note", probe, why), ("run_id", id),
     ("log", {...}), ("paused",) after a Step, ("snapshot", step, state bytes), ("end", {...}),
     ("progress", i, n, claim id), ("claim", paper, id, row), ("error", message), and last ("done",).
 
@@ -48,6 +49,7 @@ class _Controls:
             self.go.set()
         self.step_once = False
         self.snapshot = threading.Event()
+        self.threads: int | None = None  # intra-op threads the parent asks for now (another job started or ended)
 
     def apply(self, message: tuple) -> None:
         kind = message[0]
@@ -65,6 +67,8 @@ class _Controls:
             self.go.set()
         elif kind == "snapshot":
             self.snapshot.set()
+        elif kind == "threads":
+            self.threads = max(1, int(message[1]))
 
 
 def worker_main(conn) -> None:
@@ -170,6 +174,7 @@ def _train(payload: dict, controls: _Controls, send) -> None:
             send(("run_id", recorder.run_id))
             sent_id[0] = True
         if event.kind == "log":
+            _follow_threads(controls, send)
             sps = run.steps_done / run.wall_time if run.wall_time > 0 and run.steps_done else None
             send(("log", {"row": dict(event.metrics), "probes": event.probes, "step": event.step,
                           "steps_done": run.steps_done, "sps": sps, "diverged_at": run.diverged_at,
@@ -181,6 +186,7 @@ def _train(payload: dict, controls: _Controls, send) -> None:
                 controls.go.clear()
                 send(("paused",))
             while not controls.go.wait(0.1):  # paused: hold the trainer here until Resume, Step or Stop
+                _follow_threads(controls, send)
                 if controls.snapshot.is_set():
                     _send_snapshot(run, controls, send)
         elif event.kind == "end":
@@ -198,6 +204,17 @@ def _train(payload: dict, controls: _Controls, send) -> None:
     finally:
         if recorder is not None:
             recorder.release()
+
+
+def _follow_threads(controls: _Controls, send) -> None:
+    """Between steps: train with the threads the parent asks for now (it shares the cores among the jobs
+    running), and say so."""
+    import torch
+
+    wanted = controls.threads
+    if wanted is not None and wanted != torch.get_num_threads():
+        torch.set_num_threads(wanted)
+        send(("threads", torch.get_num_threads()))
 
 
 def _probe_problems(spec, probes: dict, names) -> dict:

@@ -178,7 +178,7 @@ def claim_context() -> tuple:
 
     import torch
 
-    return (explorer.__version__, torch.__version__, platform.machine(), state.job_queue().threads)
+    return (explorer.__version__, torch.__version__, platform.machine(), state.job_queue().claim_threads)
 
 
 def cache_key(claim: Claim, fast: bool) -> tuple:

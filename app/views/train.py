@@ -1,17 +1,21 @@
 """Train: set up an experiment, train it live, and watch its loss, shortcut heatmap and one probe.
 
 The form (sidebar) is generated from the registries and mirrored in the URL. Training runs as a job
-in a worker process (explorer_app.jobs); a fragment redraws the live view (buttons, status, loss) five times a
-second while the job is active, reading only the rows logged since its last call, so the page and its buttons
-stay responsive. Every run is saved in the run store. The buttons stay in that fragment: in a fragment of their
-own, a click could land while the timer's rerun of another fragment cut theirs short, and the page kept
-showing Resume (or Pause) for a run in the other state.
+in a worker process (explorer_app.jobs). While it trains, the progress bar and the charts follow it without
+rerunning the page: the page publishes a feed of them (explorer_app.live_feed) that the browser polls five
+times a second, and the page reruns only when the run's state changes (queued, running, paused, ended, its
+first probe result), so the buttons and messages follow. Where no feed is served (Streamlit's AppTest,
+`streamlit run app/streamlit_app.py`) two fragments redraw the live view on timers instead, reading only the
+rows logged since their last call. Every run is saved in the run store. The buttons stay in the live view's
+fragment: in a fragment of their own, a click could land while a rerun of another fragment cut theirs short,
+and the page kept showing Resume (or Pause) for a run in the other state.
 """
 
 import csv
 import dataclasses
 import io
 import json
+import time
 import urllib.parse
 
 import streamlit as st
@@ -19,10 +23,12 @@ import streamlit as st
 import explorer
 from explorer import plots
 from explorer.registry import SpecError
-from explorer_app import figures, limits, messages, spec_form, state, uploads
+from explorer_app import figures, limits, live_feed, messages, spec_form, state, uploads
 
-REFRESH_S = 0.2  # the live view's refresh period while a job is active (five redraws per second)
-PROBE_REFRESH_S = 1.0  # the heatmap's and the live probe's refresh period (results come every `probe every` steps)
+REFRESH_S = 0.2  # without a feed: the live view's refresh period while a job is active (five redraws per second)
+# The heatmap's and the live probe's refresh period (results come every `probe every` steps, up to ten a
+# second): redrawing them at the loss chart's rate cost the browser more than the loss chart itself.
+PROBE_REFRESH_S = 1.0
 LIVE_PROBE = "coefficients"  # always probed: the heatmap
 # The probe shown beside it until the user picks another: norms per block apply to every model and cost
 # about one forward pass. The Jacobian spectrum (a backward pass per output) cut a ViT's training 7x.
@@ -141,10 +147,72 @@ def read_view(job):
     return dataclasses.replace(view, history=list(rows), history_from=0)
 
 
+def stamp(view) -> str:
+    """What the page's widgets show of a run: when the feed's stamp differs, the page reruns."""
+    return json.dumps([view.status, view.queue_position, view.note, sorted(view.probes)])
+
+
+def progress_text(view) -> str:
+    if view.status == "diverged":  # the run ended there: "step 10 of 300" would read as progress
+        return f"{view.label}: diverged at step {view.diverged_at} (of {view.total_steps})"
+    speed = f"{view.steps_per_second:.1f} steps/s" if view.steps_per_second else "starting"
+    return f"{view.label}: step {view.steps_done} of {view.total_steps} · {speed} · {view.status}"
+
+
+def progress_fraction(view) -> float:
+    return min(view.steps_done / max(view.total_steps, 1), 1.0)
+
+
+def loss_figure(view):
+    return plots.loss_curves([view.as_run()], title=f"{view.label}: loss")
+
+
+def loss_version(view) -> str:
+    return f"{view.history_length}:{view.status}"
+
+
+def publish_feed(job) -> str | None:
+    """Serve the run's progress, loss, heatmap and probe charts to the browser (explorer_app.live_feed),
+    under this session's token; None where no feed is served. The feed reads only the rows logged since
+    its last read, and builds the heatmap and probe figures at most once per PROBE_REFRESH_S."""
+    if not live_feed.served:
+        return None
+    basis, probe = heatmap_basis, probe_name  # the widgets' values now (a change reruns the page)
+    rows: list[dict] = []
+    probes: dict = {"at": float("-inf"), "step": None, "charts": (None, [])}
+
+    def source() -> live_feed.State:
+        view = job.view(since=len(rows))
+        rows.extend(view.history)
+        view = dataclasses.replace(view, history=rows, history_from=0)
+        charts = {"loss": live_feed.Chart(loss_version(view), lambda: loss_figure(view))}
+        now = time.monotonic()
+        if view.probe_step != probes["step"] and (now - probes["at"] >= PROBE_REFRESH_S or not view.active):
+            probes.update(at=now, step=view.probe_step, charts=build_probe_charts(view, basis, probe))
+        heatmap, probe_figs = probes["charts"]
+        version = str(probes["step"])
+        if heatmap is not None:
+            charts["heatmap"] = live_feed.Chart(version, lambda: heatmap)
+        for i, fig in enumerate(probe_figs):
+            charts[f"probe-{i}"] = live_feed.Chart(version, lambda fig=fig: fig)
+        return live_feed.State(stamp(view), view.active, (progress_fraction(view), progress_text(view)), charts)
+
+    token = live_feed.publish(source, st.session_state.get("train-feed"))
+    st.session_state["train-feed"] = token
+    return token
+
+
 def live_view() -> None:
     """Controls, status and the loss chart; button callbacks run before this, so the state read here is current."""
+    if live_feed.stale():
+        st.rerun(scope="app")
     job = current_job()
     view = read_view(job) if job else None
+    links = {}
+    if view is not None and view.active:
+        token = publish_feed(job)
+        links = {part: live_feed.link(token, part, version, stamp(view))
+                 for part, version in (("progress", ""), ("loss", loss_version(view)))}
     active = bool(view and view.active)
     paused = bool(view and view.status == "paused")
 
@@ -173,23 +241,18 @@ def live_view() -> None:
         st.info("No run yet: press **Train**.", icon=":material/info:")
         empty_loss_chart()
         return
-    show_status(view)
-    show_loss(view)
+    show_status(view, links.get("progress"))
+    show_loss(job, view, links.get("loss"))
     if view.active != active_at_last_run():
-        st.rerun(scope="app")  # switch the refresh timer on or off
+        st.rerun(scope="app")  # switch the live parts (feed or timers) on or off
 
 
 def active_at_last_run() -> bool:
     return st.session_state.get("train-active", False)
 
 
-def show_status(view) -> None:
-    fraction = min(view.steps_done / max(view.total_steps, 1), 1.0)
-    speed = f"{view.steps_per_second:.1f} steps/s" if view.steps_per_second else "starting"
-    if view.status == "diverged":  # the run ended there: "step 10 of 300" would read as progress
-        st.progress(fraction, text=f"{view.label}: diverged at step {view.diverged_at} (of {view.total_steps})")
-    else:
-        st.progress(fraction, text=f"{view.label}: step {view.steps_done} of {view.total_steps} · {speed} · {view.status}")
+def show_status(view, feed: live_feed.Link | None) -> None:
+    figures.progress(progress_fraction(view), progress_text(view), key="train", feed=feed)
     if view.status == "queued":
         running, waiting = state.job_queue().counts()
         st.info(f"Queued: {running} run(s) are training on this server (limit {caps.max_jobs}, EXPLORER_MAX_JOBS); "
@@ -213,59 +276,74 @@ def empty_loss_chart() -> None:
     figures.show(fig, key="train-loss", downloads=False, live=True)
 
 
-def show_loss(view) -> None:
-    if not view.history:
+def show_loss(job, view, feed: live_feed.Link | None) -> None:
+    if not view.history and feed is None:
         st.caption("Waiting for the first logged step...")
         empty_loss_chart()
         return
-    figures.show(plots.loss_curves([view.as_run()], title=f"{view.label}: loss"), key="train-loss",
-                 name="train-loss", live=True)
+    figures.show(loss_figure(view), key="train-loss", name="train-loss", live=True, feed=feed,
+                 current=lambda: loss_figure(job.view()))
 
 
 def probe_view() -> None:
-    """The shortcut heatmap and the live probe's figures, in a fragment of their own that refreshes every
-    PROBE_REFRESH_S while the run trains: a result comes every `probe every` steps, and redrawing two more
-    charts at the loss chart's rate cost the browser (on the same small machine as the server and the
-    training) more than the loss chart itself."""
+    """The shortcut heatmap and the live probe's figures, in a fragment of their own: while the run trains
+    they follow the feed, or without one the fragment refreshes every PROBE_REFRESH_S."""
+    if live_feed.stale():
+        st.rerun(scope="app")
     job = current_job()
     if job is None:
         return
     view = job.view(since=10**12)  # the probes only: no history rows
     heatmap, probe_figs = probe_charts(view)
+    token = st.session_state.get("train-feed") if view.active else None
+    version, page_stamp = str(view.probe_step), stamp(view)
+
+    def latest():  # a download's figures: the latest result when clicked
+        return build_probe_charts(job.view(since=10**12), heatmap_basis, probe_name)
+
     heat, probe_col = st.columns(2)
     with heat:
         if heatmap is not None:
-            figures.show(heatmap, key="train-heatmap", name="shortcut-coefficients", live=True)
+            figures.show(heatmap, key="train-heatmap", name="shortcut-coefficients", live=True,
+                         feed=live_feed.link(token, "heatmap", version, page_stamp), current=lambda: latest()[0])
     with probe_col:
         for i, fig in enumerate(probe_figs):
-            figures.show(fig, key=f"train-probe-{i}", name=f"{probe_name}-{i}", live=True)
+            figures.show(fig, key=f"train-probe-{i}", name=f"{probe_name}-{i}", live=True,
+                         feed=live_feed.link(token, f"probe-{i}", version, page_stamp),
+                         current=lambda i=i: latest()[1][i])
 
 
 def probe_charts(view) -> tuple:
-    """(heatmap or None, [probe figures]) for the latest probe results. They change only when a result comes
-    (every `probe every` steps), so they are built once per result and reused by the refreshes between."""
+    """build_probe_charts for this page's widgets, built once per result and reused by the refreshes between
+    (a result comes every `probe every` steps)."""
     key = (view.id, view.probe_step, heatmap_basis, probe_name)
     cached = st.session_state.get("train-probe-charts")
-    if cached is not None and cached[0] == key:
-        return cached[1]
+    if cached is None or cached[0] != key:
+        cached = (key, build_probe_charts(view, heatmap_basis, probe_name))
+        st.session_state["train-probe-charts"] = cached
+    return cached[1]
+
+
+def build_probe_charts(view, basis_choice: str, probe: str) -> tuple:
+    """(heatmap or None, [probe figures]) for the view's latest probe results."""
     heatmap, probe_figs = None, []
     coefficients = view.probes.get(LIVE_PROBE)
     if coefficients is not None:
-        basis = plots.coefficient_basis(coefficients, heatmap_basis)
+        basis = plots.coefficient_basis(coefficients, basis_choice)
         heatmap = plots.coefficient_heatmap(coefficients[basis],
                                             f"Shortcut coefficients ({basis}) at step {view.probe_step}",
                                             log_ratio=basis == "log_ratio", blocks=coefficients.get("blocks"))
-    result = view.probes.get(probe_name)
+    result = view.probes.get(probe)
     if result is not None:
-        probe_figs = plots.probe_figures(probe_name, result, f"step {view.probe_step}")
-    st.session_state["train-probe-charts"] = (key, (heatmap, probe_figs))
+        probe_figs = plots.probe_figures(probe, result, f"step {view.probe_step}")
     return heatmap, probe_figs
 
 
 active = bool(current_job() and current_job().active)
 st.session_state["train-active"] = active
-st.fragment(run_every=REFRESH_S if active else None)(live_view)()
-st.fragment(run_every=PROBE_REFRESH_S if active else None)(probe_view)()
+timers = active and not live_feed.served  # a feed needs no timer: the browser polls it
+st.fragment(run_every=REFRESH_S if timers else None)(live_view)()
+st.fragment(run_every=PROBE_REFRESH_S if timers else None)(probe_view)()
 
 # ---- downloads (the run's files are read from the store only when clicked) -----------------------
 def history_csv(rows: list[dict]) -> str:
