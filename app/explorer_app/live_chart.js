@@ -115,8 +115,11 @@ function askRerun(feed) {
   part.setTriggerValue("stale", now);
 }
 
+const QUIET_MAX_MS = 1000;  // a feed with nothing new (a run queued or paused) is asked less often, down to this
+
 async function poll(feed) {
   feed.polling = true;
+  let delay = feed.period, progressText = null;
   try {
     while (feed.parts.size) {
       const have = {};
@@ -143,8 +146,11 @@ async function poll(feed) {
         if (body.progress) for (const part of feed.parts.values()) part.progress?.(body.progress);
         if (body.stamp !== feed.stamp) askRerun(feed);
         else if (!body.active) break;  // the run ended and the page shows it: nothing more will change
+        const quiet = !Object.keys(body.charts).length && body.progress?.text === progressText;
+        progressText = body.progress?.text ?? null;
+        delay = quiet ? Math.min(delay * 1.5, QUIET_MAX_MS) : feed.period;
       }
-      await new Promise((resolve) => setTimeout(resolve, feed.period));
+      await new Promise((resolve) => setTimeout(resolve, delay));
     }
   } finally {
     feed.polling = false;

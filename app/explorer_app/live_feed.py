@@ -5,7 +5,8 @@ five times a second. Each rerun ran the fragment's script on the server and re-r
 fragment in the browser: on a 2-core machine, half a core beside the training, which then trained at 0.7x of
 `explorer train`. Here a page publishes a *feed* instead: a function, called by the server's route (not by
 a script run), that says what the live parts show now. The browser's live parts (live_chart.js) poll the
-route a few times a second, and only a chart whose version changed is built and sent. A feed also gives a
+route five times a second (less often, down to once a second, while nothing changes: a run queued or
+paused), and only a chart whose version changed is built and sent. A feed also gives a
 *stamp* of what the page's own widgets show (a run's status, its place in the queue, which charts it has).
 When the stamp differs from the one the page was drawn with, the browser reruns the page once
 (`stale()`), so the buttons and messages follow.
