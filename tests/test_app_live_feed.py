@@ -58,6 +58,15 @@ def test_a_page_keeps_its_token_and_unknown_tokens_read_nothing():
     assert title(live_feed.read(token, {}), "loss") == "loss 7"
     assert live_feed.read("no-such-token", {}) is None
     assert live_feed.publish(Source(), "chosen-by-a-client") != "chosen-by-a-client"  # tokens are the server's
+    kept = live_feed.publish(Source(), key="run 1")
+    live_feed.read(kept, {})
+    again = Source()
+    assert live_feed.publish(again, kept, key="run 1") == kept  # the same run: the feed and its figures stay
+    live_feed.read(kept, {})
+    assert again.builds == 0
+    live_feed.publish(again, kept, key="run 2")  # another run: the new source serves
+    live_feed.read(kept, {})
+    assert again.builds == 1
 
 
 def test_the_feeds_are_bounded_least_recently_read_first(monkeypatch):

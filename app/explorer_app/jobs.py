@@ -24,7 +24,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from explorer.runs import RunStore
@@ -314,7 +314,6 @@ class JobQueue:
         self.max_per_session, self.grace_s = max_per_session, grace_s
         self._cond = threading.Condition()
         self._waiting: deque = deque()  # Jobs and slot() tickets, first come first served
-        self._running = 0
         self._jobs: list[Job] = []  # every job submitted and not yet forgotten (for the operator and the reaper)
         self._alive = alive
         self._gone_since: dict[str, float] = {}
@@ -325,7 +324,7 @@ class JobQueue:
         # queue, so a claim's numbers do not depend on what else ran (float sums change with threads).
         self.cores = 1 if self.pool.backend == "ray" else (cores or default_threads())
         self.claim_threads = threads_per_job(max_jobs, self.cores)
-        self._running_jobs: set[Job] = set()
+        self._running_jobs: set[Job] = set()  # those holding a slot
         if alive is not None and reap_every is not None:
             threading.Thread(target=self._reap_forever, name="explorer-job-reaper", daemon=True).start()
 
@@ -409,16 +408,15 @@ class JobQueue:
     def counts(self) -> tuple[int, int]:
         """(running, waiting) across the server."""
         with self._cond:
-            return self._running, len(self._waiting)
+            return len(self._running_jobs), len(self._waiting)
 
     def _run(self, job: Job) -> None:
         with self._cond:
-            while not (self._waiting[0] is job and self._running < self.max_jobs) and not job._stop.is_set():
+            while not (self._waiting[0] is job and len(self._running_jobs) < self.max_jobs) and not job._stop.is_set():
                 self._cond.wait(0.2)
             self._waiting.remove(job)
             self._cond.notify_all()
             if not job._stop.is_set():
-                self._running += 1
                 self._running_jobs.add(job)
                 self._share_cores()
         if job._stop.is_set():
@@ -437,7 +435,6 @@ class JobQueue:
                 self.pool.give_back(worker)
         finally:
             with self._cond:
-                self._running -= 1
                 self._running_jobs.discard(job)
                 self._share_cores()
                 self._cond.notify_all()
@@ -449,7 +446,7 @@ class JobQueue:
         workers whose share changed (they switch at their next logged step). More threads than cores is far
         worse than fewer: on 2 cores beside a process busy half the time, a ViT trained at 20.8 steps/s with 2
         threads and 23.5 with 1 (an OpenMP barrier waits for a descheduled thread)."""
-        share = threads_per_job(max(len(self._running_jobs), 1), self.cores)
+        share = threads_per_job(len(self._running_jobs), self.cores)
         for job in self._running_jobs:
             threads = self.claim_threads if job.kind == "claims" else share
             if job.threads != threads:
@@ -479,6 +476,20 @@ def default_threads() -> int:
     import torch
 
     return torch.get_num_threads()
+
+
+class HistoryReader:
+    """A reader of one job's views with their whole history, asking the job only for the rows logged since
+    its last read (a page's redraws and its live feed each keep one)."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self._rows: list[dict[str, float]] = []
+
+    def view(self) -> JobView:
+        view = self.job.view(since=len(self._rows))
+        self._rows.extend(view.history)
+        return replace(view, history=list(self._rows), history_from=0)
 
 
 def wait(job: Job, timeout: float = 300.0) -> JobView:

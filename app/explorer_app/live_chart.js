@@ -64,7 +64,7 @@ function mountChart(parentElement, data) {
   }
   chart.src = data.src;
   chart.config = data.config;
-  return {element: chart, show: (update) => showFigure(chart, update.figure), progress: null,
+  return {kind: "chart", update: ({figure}) => showFigure(chart, figure),
           unmount: () => { chart.resized.disconnect(); if (window.Plotly) window.Plotly.purge(chart); }};
 }
 
@@ -82,13 +82,13 @@ function mountProgress(parentElement) {
              background: var(--st-primary-color, #ff4b4b);"></div></div>`;
     parentElement.appendChild(box);
   }
-  const setProgress = ({fraction, text}) => {
+  const update = ({progress: {fraction, text}}) => {
     const percent = Math.round(Math.min(Math.max(fraction, 0), 1) * 100);
     box.querySelector(".explorer-live-progress-text").textContent = text;  // text, never markup
     box.querySelector(".explorer-live-progress-bar").style.width = `${percent}%`;
     box.querySelector("[role=progressbar]").setAttribute("aria-valuenow", String(percent));
   };
-  return {element: box, show: () => {}, progress: setProgress, unmount: () => {}, initial: setProgress};
+  return {kind: "progress", update, unmount: () => {}};
 }
 
 // ---- feeds ---------------------------------------------------------------------------------------
@@ -140,10 +140,12 @@ async function poll(feed) {
           const part = feed.parts.get(name);
           if (part) {
             part.version = chart.version;
-            part.show({figure: chart.figure});
+            part.update({figure: chart.figure});
           }
         }
-        if (body.progress) for (const part of feed.parts.values()) part.progress?.(body.progress);
+        if (body.progress) {
+          for (const part of feed.parts.values()) if (part.kind === "progress") part.update({progress: body.progress});
+        }
         if (body.stamp !== feed.stamp) askRerun(feed);
         else if (!body.active) break;  // the run ended and the page shows it: nothing more will change
         const quiet = !Object.keys(body.charts).length && body.progress?.text === progressText;
@@ -188,8 +190,7 @@ export default function ({ parentElement, data, setTriggerValue }) {
   const drawn = data.kind === "progress" ? JSON.stringify(data.progress) : data.figure;
   if (part.drawnFromPage !== drawn) {
     part.drawnFromPage = drawn;
-    if (data.kind === "progress") part.initial(data.progress);
-    else part.show({figure: data.figure});
+    part.update(data);
   }
   if (data.feed) follow(part, data.feed);
   else unfollow(part);  // the page shows an ended run: nothing to follow

@@ -22,7 +22,7 @@ import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,8 +78,8 @@ class Link:
 class Feed:
     """A published source and the charts it last built (shared by the polls of one page)."""
 
-    def __init__(self, source: Callable[[], State]):
-        self.source = source
+    def __init__(self, source: Callable[[], State], key: Hashable = None):
+        self.source, self.key = source, key
         self.read_at = time.monotonic()
         self._built: dict[str, tuple[str, str]] = {}  # chart -> (version, figure JSON)
         self._lock = threading.Lock()
@@ -99,14 +99,18 @@ class Feed:
             return {"stamp": state.stamp, "active": state.active, "progress": progress, "charts": charts}
 
 
-def publish(source: Callable[[], State], token: str | None = None) -> str:
+def publish(source: Callable[[], State], token: str | None = None, key: Hashable = None) -> str:
     """Serve `source` under `token` (replacing what it served) or under a new unguessable token; returns the
-    token. A page keeps its token across reruns, so its parts keep polling one URL."""
+    token. A page keeps its token across reruns, so its parts keep polling one URL. `key` says what the
+    source shows (e.g. a run and the page's chart options): a feed already serving the same key is kept,
+    with the figures it built."""
     with _lock:
         _drop_idle()
         if token is None or token not in _feeds:
             token = secrets.token_urlsafe(16)
-        _feeds[token] = Feed(source)
+        kept = _feeds.get(token)
+        if key is None or kept is None or kept.key != key:
+            _feeds[token] = Feed(source, key)
         _feeds.move_to_end(token)
         while len(_feeds) > MAX_FEEDS:
             _feeds.popitem(last=False)

@@ -12,7 +12,6 @@ and the page kept showing Resume (or Pause) for a run in the other state.
 """
 
 import csv
-import dataclasses
 import io
 import json
 import time
@@ -23,7 +22,7 @@ import streamlit as st
 import explorer
 from explorer import plots
 from explorer.registry import SpecError
-from explorer_app import figures, limits, live_feed, messages, spec_form, state, uploads
+from explorer_app import figures, jobs, limits, live_feed, messages, spec_form, state, uploads
 
 REFRESH_S = 0.2  # without a feed: the live view's refresh period while a job is active (five redraws per second)
 # The heatmap's and the live probe's refresh period (results come every `probe every` steps, up to ten a
@@ -137,14 +136,11 @@ def current_job():
 
 
 def read_view(job):
-    """The job's view with its whole history, asking the job only for the rows logged since the last call."""
-    job_id, rows = st.session_state.get("train-rows", (None, []))
-    if job_id != job.id:
-        rows = []
-    view = job.view(since=len(rows))
-    rows.extend(view.history)
-    st.session_state["train-rows"] = (job.id, rows)
-    return dataclasses.replace(view, history=list(rows), history_from=0)
+    """The job's view with its whole history (this session's reader asks only for the new rows)."""
+    reader = st.session_state.get("train-reader")
+    if reader is None or reader.job is not job:
+        reader = st.session_state["train-reader"] = jobs.HistoryReader(job)
+    return reader.view()
 
 
 def stamp(view) -> str:
@@ -173,18 +169,17 @@ def loss_version(view) -> str:
 
 def publish_feed(job) -> str | None:
     """Serve the run's progress, loss, heatmap and probe charts to the browser (explorer_app.live_feed),
-    under this session's token; None where no feed is served. The feed reads only the rows logged since
-    its last read, and builds the heatmap and probe figures at most once per PROBE_REFRESH_S."""
+    under this session's token (kept, with what it built, while the run and the chart options stay); None
+    where no feed is served. The feed reads only the rows logged since its last read, and builds the
+    heatmap and probe figures at most once per PROBE_REFRESH_S."""
     if not live_feed.served:
         return None
     basis, probe = heatmap_basis, probe_name  # the widgets' values now (a change reruns the page)
-    rows: list[dict] = []
+    reader = jobs.HistoryReader(job)
     probes: dict = {"at": float("-inf"), "step": None, "charts": (None, [])}
 
     def source() -> live_feed.State:
-        view = job.view(since=len(rows))
-        rows.extend(view.history)
-        view = dataclasses.replace(view, history=rows, history_from=0)
+        view = reader.view()
         charts = {"loss": live_feed.Chart(loss_version(view), lambda: loss_figure(view))}
         now = time.monotonic()
         if view.probe_step != probes["step"] and (now - probes["at"] >= PROBE_REFRESH_S or not view.active):
@@ -197,7 +192,7 @@ def publish_feed(job) -> str | None:
             charts[f"probe-{i}"] = live_feed.Chart(version, lambda fig=fig: fig)
         return live_feed.State(stamp(view), view.active, (progress_fraction(view), progress_text(view)), charts)
 
-    token = live_feed.publish(source, st.session_state.get("train-feed"))
+    token = live_feed.publish(source, st.session_state.get("train-feed"), key=(job.id, basis, probe))
     st.session_state["train-feed"] = token
     return token
 
@@ -210,8 +205,8 @@ def live_view() -> None:
     view = read_view(job) if job else None
     links = {}
     if view is not None and view.active:
-        token = publish_feed(job)
-        links = {part: live_feed.link(token, part, version, stamp(view))
+        token, page_stamp = publish_feed(job), stamp(view)
+        links = {part: live_feed.link(token, part, version, page_stamp)
                  for part, version in (("progress", ""), ("loss", loss_version(view)))}
     active = bool(view and view.active)
     paused = bool(view and view.status == "paused")
