@@ -70,6 +70,8 @@ function mountChart(parentElement, data) {
 
 // ---- progress bars -------------------------------------------------------------------------------
 
+// Drawn as st.progress draws its bar (Streamlit 1.67: its own blue on the theme's secondary background), so
+// the bar does not change colour when the ended run's page replaces it by st.progress.
 function mountProgress(parentElement) {
   let box = parentElement.querySelector(".explorer-live-progress");
   if (!box) {
@@ -78,8 +80,7 @@ function mountProgress(parentElement) {
     box.innerHTML = `<p class="explorer-live-progress-text" style="margin: 0 0 0.25rem; font-size: 0.875rem;"></p>
       <div role="progressbar" aria-valuemin="0" aria-valuemax="100" style="height: 0.5rem; border-radius: 0.25rem;
            background: var(--st-secondary-background-color, #f0f2f6); overflow: hidden;">
-        <div class="explorer-live-progress-bar" style="height: 100%; width: 0;
-             background: var(--st-primary-color, #ff4b4b);"></div></div>`;
+        <div class="explorer-live-progress-bar" style="height: 100%; width: 0; background: #1c83e1;"></div></div>`;
     parentElement.appendChild(box);
   }
   const update = ({progress: {fraction, text}}) => {
