@@ -250,14 +250,18 @@ def speed(page, base: str, name: str, changes: dict, repeats: int) -> dict:
     """Steps/s of preset `name` on the Train page, from `explorer train` (default threads and 1 thread) and in a
     worker with no browser. This machine's speed drifts by up to 1.5x within minutes (other VMs on the host):
     the page and the command line take turns `repeats` times, and the ratios are of medians (each repeat's
-    own ratio is kept too)."""
+    own ratio is kept too). The page's own cost: the CPU seconds the server and the browser used per run, as
+    cores on average from the click to the finished page (a 2-core machine that gives them these has only the
+    rest for the training)."""
     import statistics
 
-    pages, clis, clis_1, took = [], [], [], []
+    pages, clis, clis_1, took, page_cores = [], [], [], [], []
     for _ in range(repeats):
         seen = train_on_page(page, base, explorer.preset(name).with_values(changes))
         pages.append(seen["page_steps_per_s"])
         took.append(seen["click_to_finished_s"])
+        if seen["cpu_s"]:
+            page_cores.append({group: seen["cpu_s"][group] / seen["click_to_settled_s"] for group in seen["cpu_s"]})
         clis.append(cli_steps_per_s(name, changes, None))
         clis_1.append(cli_steps_per_s(name, changes, 1))
     worker = worker_steps_per_s(name, changes)
@@ -267,7 +271,9 @@ def speed(page, base: str, name: str, changes: dict, repeats: int) -> dict:
             "ratio_1_thread": page_sps / cli_1, "worker_ratio": worker / max(cli, cli_1),
             "ratios": [p / max(c, c1) for p, c, c1 in zip(pages, clis, clis_1)],
             "repeats": {"page": pages, "cli": clis, "cli_1_thread": clis_1},
-            "click_to_finished_s": statistics.median(took)}
+            "click_to_finished_s": statistics.median(took),
+            "cores_while_training": {group: statistics.median(run[group] for run in page_cores)
+                                     for group in (page_cores[0] if page_cores else {})}}
 
 
 def progress_text(page) -> str:
@@ -275,10 +281,38 @@ def progress_text(page) -> str:
     return bars.first.inner_text() if bars.count() else ""
 
 
+def cpu_seconds(server_pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by the app's server, its worker processes (its children) and
+    the browser (every Chromium process): read before and after a run, the differences are what the run cost
+    each. A process that ended in between is not counted."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = {"server": 0.0, "workers": 0.0, "browser": 0.0}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            # the program: the first word (Chromium's children rewrite their command line as one string)
+            program = (entry / "cmdline").read_bytes().replace(b"\0", b" ").split(b" ")[0]
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # after "pid (name)": state, ppid, ... utime (14th), stime
+        group = ("server" if int(entry.name) == server_pid else "workers" if int(fields[1]) == server_pid
+                 else "browser" if Path(program.decode(errors="replace")).name.startswith(("chromium", "chrome"))
+                 else None)
+        if group:
+            used[group] += (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
 def train_on_page(page, base: str, spec, timeout_ms: int = 900_000) -> dict:
-    """Click Train for `spec` and wait until it finished: the steps/s the page shows, click -> finished."""
+    """Click Train for `spec` and wait until it finished: the steps/s the page shows, click -> finished, and (for
+    a `Server` base) the CPU seconds the server, its workers and the browser used from the click to the
+    finished page."""
     page.goto(train_page_url(base, spec))
     wait_ready(page)
+    pid = getattr(base, "pid", None)
+    before = cpu_seconds(pid) if pid else None
     start = time.perf_counter()
     page.locator(".st-key-train-start button").click()
     page.get_by_text("Finished", exact=False).first.wait_for(timeout=timeout_ms)
@@ -286,9 +320,11 @@ def train_on_page(page, base: str, spec, timeout_ms: int = 900_000) -> dict:
     # the page's rerun for the ended run: the live progress bar gives way to the final one
     page.wait_for_function(f"() => document.querySelector('[data-testid=\"stProgress\"]') && {NOT_RUNNING}",
                            timeout=30_000)
+    settled = time.perf_counter() - start
+    cpu = {group: seconds - before[group] for group, seconds in cpu_seconds(pid).items()} if pid else None
     shown = re.search(r"([0-9.]+) steps/s", progress_text(page))
     return {"page_steps_per_s": float(shown.group(1)) if shown else None, "click_to_finished_s": took,
-            "exceptions": exceptions(page)}
+            "click_to_settled_s": settled, "cpu_s": cpu, "exceptions": exceptions(page)}
 
 
 def refreshes_while_two_train(page, other, base: str, spec, sample_s: float = 4.0) -> float:
@@ -432,6 +468,8 @@ def main() -> None:
                        f">= 0.8; each repeat: {', '.join(f'{r:.2f}' for r in row['ratios'])}), {row['ratio_1_thread']:.2f}x "
                        f"the 1-thread run; the same job in a worker with no browser: {row['worker_no_browser_steps_per_s']:.1f} "
                        f"({row['worker_ratio']:.2f}x the faster); click -> finished {row['click_to_finished_s']:.1f} s; "
+                       f"cores used from the click to the finished page: "
+                       f"{', '.join(f'{group} {cores:.2f}' for group, cores in row['cores_while_training'].items())}; "
                        f"load {os.getloadavg()[0]:.2f}")
     if not args.quick and not args.memory_only:
         with tempfile.TemporaryDirectory() as tmp:

@@ -117,12 +117,14 @@ function askRerun(feed) {
 }
 
 const QUIET_MAX_MS = 1000;  // a feed with nothing new (a run queued or paused) is asked less often, down to this
+const GAP_MIN_MS = 50;  // the least time between one answer and the next ask (a slow server is not asked back to back)
 
 async function poll(feed) {
   feed.polling = true;
   let delay = feed.period, progressText = null;
   try {
     while (feed.parts.size) {
+      const asked = performance.now();  // the period runs from ask to ask: a 60 ms answer leaves 140 ms to wait
       const have = {};
       for (const [name, part] of feed.parts) if (part.version) have[name] = part.version;
       let body = null;
@@ -153,7 +155,7 @@ async function poll(feed) {
         progressText = body.progress?.text ?? null;
         delay = quiet ? Math.min(delay * 1.5, QUIET_MAX_MS) : feed.period;
       }
-      await new Promise((resolve) => setTimeout(resolve, delay));
+      await new Promise((resolve) => setTimeout(resolve, Math.max(delay - (performance.now() - asked), GAP_MIN_MS)));
     }
   } finally {
     feed.polling = false;
