@@ -10,6 +10,7 @@ Debian's Chromium with Playwright, and reports, all measured in the same run:
   run by the app's job queue in a worker with no server and no browser (the page's ceiling);
 - the server's resident memory after its first run, then after N more runs and every paper's claims
   (fast mode) run once from the Papers page (issue 17 target: < 1.5x);
+- a grid launched from the Compare page until every run is done, against the same jobs with no server or browser;
 - four tabs training at once on a server with EXPLORER_MAX_JOBS=2: two train, two wait with their place.
 
     python benchmarks/app_responsiveness.py [--runs 50] [--repeats 3] [--json OUT] [--screenshot PNG] [--quick]
@@ -391,6 +392,58 @@ def memory(page, base: Server, runs: int, result: dict, report) -> None:
     report(f"server memory after every claim too: {last:.0f} MB, {last / first:.2f}x the first run's (target < 1.5)")
 
 
+GRID_RUNS, GRID_STEPS = 4, 1500  # the Compare grid timed: seeds 0-3 of the tau preset, two at a time
+
+
+def grid_on_page(page, base: Server) -> dict:
+    """Launch a grid of GRID_RUNS seeds of PRESET on the Compare page and wait until every run is done: the wall
+    time, and the cores the server, its workers and the browser used meanwhile."""
+    page.goto(f"{base}/compare")
+    page.wait_for_function(f"() => document.querySelectorAll('.st-key-compare-launch button').length >= 1 && "
+                           f"{NOT_RUNNING}", timeout=60_000)
+    for name, value in (("seeds", GRID_RUNS), ("steps", GRID_STEPS)):
+        field = page.locator(f"[class*='st-key-compare-{name}'] input").first
+        field.fill(str(value))
+        field.press("Enter")
+        page.wait_for_function(f"() => {NOT_RUNNING}", timeout=30_000)
+    page.wait_for_function(f"() => document.querySelector('.st-key-compare-launch button').innerText"
+                           f".includes('{GRID_RUNS} runs')", timeout=30_000)
+    before, start = cpu_seconds(base.pid), time.perf_counter()
+    page.locator(".st-key-compare-launch button").first.click()
+    page.get_by_text(f"{GRID_RUNS} of {GRID_RUNS} runs done").first.wait_for(timeout=900_000)
+    took = time.perf_counter() - start
+    return {"seconds": took, "cores": {group: (seconds - before[group]) / took
+                                       for group, seconds in cpu_seconds(base.pid).items()}}
+
+
+def grid_without_browser() -> float:
+    """The same grid's jobs (the Compare page's live probes) through the app's job queue and two workers, with
+    no server and no browser: seconds until every run is done."""
+    import tempfile
+
+    if str(ROOT / "app") not in sys.path:
+        sys.path.insert(0, str(ROOT / "app"))
+    from explorer_app.jobs import JobQueue, wait
+    from explorer_app.workers import WorkerPool
+
+    pool = WorkerPool(2)
+    try:
+        pool.warm()
+        pool.wait_started(2, 120)
+        queue = JobQueue(2, store=explorer.RunStore(tempfile.mkdtemp(prefix="explorer-grid-")), pool=pool)
+        base = explorer.preset(PRESET).with_values({"train.steps": GRID_STEPS})
+        start = time.perf_counter()
+        jobs = [queue.submit(base.with_values({"train.seed": seed}), f"seed {seed}",
+                             probes={"coefficients": {}, "jacobian": {"max_inputs": 1}},
+                             optional_probes=("coefficients", "jacobian"), probe_every=GRID_STEPS // 4)
+                for seed in range(GRID_RUNS)]
+        for job in jobs:
+            wait(job, 900)
+        return time.perf_counter() - start
+    finally:
+        pool.close()
+
+
 def four_sessions(root: Path) -> dict:
     """Four tabs (four sessions) click Train on a server with EXPLORER_MAX_JOBS=2."""
     spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"train.steps": 20000, "train.log_every": 10})
@@ -471,6 +524,17 @@ def main() -> None:
                        f"cores used from the click to the finished page: "
                        f"{', '.join(f'{group} {cores:.2f}' for group, cores in row['cores_while_training'].items())}; "
                        f"load {os.getloadavg()[0]:.2f}")
+            grid = result["grid"] = {"page_s": [], "page_cores": [], "without_browser_s": []}
+            for _ in range(2):  # the page and the same jobs with no browser take turns (this machine's speed drifts)
+                seen = grid_on_page(page, base)
+                grid["page_s"].append(seen["seconds"])
+                grid["page_cores"].append(seen["cores"])
+                grid["without_browser_s"].append(grid_without_browser())
+            report(f"Compare grid ({GRID_RUNS} runs x {GRID_STEPS} steps of {PRESET}, two at a time): "
+                   f"{', '.join(f'{t:.1f}' for t in grid['page_s'])} s on the page, "
+                   f"{', '.join(f'{t:.1f}' for t in grid['without_browser_s'])} s with no server or browser; cores "
+                   f"used while it trained on the page: "
+                   f"{'; '.join(', '.join(f'{k} {v:.2f}' for k, v in cores.items()) for cores in grid['page_cores'])}")
     if not args.quick and not args.memory_only:
         with tempfile.TemporaryDirectory() as tmp:
             result.update(four_sessions(Path(tmp)))

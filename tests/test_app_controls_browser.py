@@ -426,9 +426,9 @@ def test_every_control_of_compare(app):
         steps.press("Enter")
         settle(page, "grid steps")
         click(page, "compare-launch", "Launch")
-        page.locator("[role=gridcell]", has_text="running").first.wait_for(state="attached", timeout=120_000)
+        page.locator(".explorer-live-table td", has_text="running").first.wait_for(state="attached", timeout=120_000)
         click(page, "compare-stop", "Stop grid")
-        page.locator("[role=gridcell]", has_text="stopped").first.wait_for(state="attached", timeout=60_000)
+        page.locator(".explorer-live-table td", has_text="stopped").first.wait_for(state="attached", timeout=60_000)
         page.get_by_text("Compare: training loss").first.wait_for(timeout=120_000)
         settle(page, "the stopped grid")
         grid = [r for r in explorer.RunStore(root / "home").list(limit=50) if r["label"].startswith("grid 1:")]

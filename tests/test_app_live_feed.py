@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 import pytest
 from starlette.requests import Request
 
-from explorer_app import live_feed
+from explorer_app import figures, live_feed
 
 
 def figure(title: str) -> go.Figure:
@@ -67,6 +67,26 @@ def test_a_page_keeps_its_token_and_unknown_tokens_read_nothing():
     live_feed.publish(again, kept, key="run 2")  # another run: the new source serves
     live_feed.read(kept, {})
     assert again.builds == 1
+
+
+def test_a_table_is_sent_whole_at_every_read_with_its_numbers_as_text():
+    """A grid's runs table (Compare): no version, so every read carries it; floats to 4 significant digits,
+    the progress column's numbers kept for its bars, a missing value empty, user text as it is (the browser
+    sets it as text)."""
+    rows = [{"run": "<b>grid 1</b>", "status": "running", "progress": 42.5, "step": "5 / 10", "loss": 0.123456789,
+             "diverged at": None},
+            {"run": "grid 2", "status": "diverged", "progress": 30.0, "step": "3 / 10", "loss": float("inf"),
+             "diverged at": 3}]
+    table = figures.live_table(rows, "progress")
+    assert table.columns == ("run", "status", "progress", "step", "loss", "diverged at")
+    assert table.rows == (("<b>grid 1</b>", "running", 42.5, "5 / 10", "0.1235", None),
+                          ("grid 2", "diverged", 30.0, "3 / 10", "inf", 3))
+    token = live_feed.publish(lambda: live_feed.State("stamp", True, table=table))
+    first, again = live_feed.read(token, {}), live_feed.read(token, {})
+    assert first["table"] == again["table"] == {"columns": list(table.columns), "progress_column": "progress",
+                                                "rows": [list(row) for row in table.rows]}
+    json.dumps(first, allow_nan=False)  # what the route sends (Starlette refuses NaN and infinities)
+    assert live_feed.read(live_feed.publish(Source()), {})["table"] is None
 
 
 def test_the_feeds_are_bounded_least_recently_read_first(monkeypatch):

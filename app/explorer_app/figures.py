@@ -1,10 +1,13 @@
-"""Show a plotly figure with its downloads (interactive HTML, and PNG rendered only when asked for).
+"""Show a plotly figure with its downloads (interactive HTML, and PNG rendered only when asked for), and the
+other parts of a page that follow a run: a progress bar and a small table.
 
 Figures that change while the page is open (a training run's loss, heatmap and probe charts) are live
 parts: a small component (live_chart.js, with the plotly.js that app/server.py serves, plotly_js.py) keeps
 one chart and updates it in place, and, given a feed link (live_feed.py), follows the run by polling the
-server instead of waiting for the page's reruns. The other figures, and every chart when app/server.py does
-not serve the app (`streamlit run app/streamlit_app.py`, Streamlit's AppTest), are drawn by st.plotly_chart.
+server instead of waiting for the page's reruns; progress bars and tables (a Compare grid's runs) follow a
+feed the same way. The other figures, and every part when app/server.py does not serve the app
+(`streamlit run app/streamlit_app.py`, Streamlit's AppTest), are drawn by Streamlit's own elements
+(st.plotly_chart, st.progress, st.dataframe).
 """
 
 from __future__ import annotations
@@ -38,6 +41,33 @@ def progress(fraction: float, text: str, key: str, feed: live_feed.Link | None =
         return
     _live_part()(data={"kind": "progress", "progress": {"fraction": fraction, "text": text}, "feed": feed.to_data()},
                  key=f"progress-{key}", on_stale_change=live_feed.mark_stale)
+
+
+def table(rows: list[dict], key: str, progress_column: str | None = None, feed: live_feed.Link | None = None) -> None:
+    """A small table of `rows` (dicts with the same keys), `progress_column`'s values (0-100) drawn as bars.
+    Where the app's server serves the live parts it is one, following `feed` between the page's reruns;
+    elsewhere st.dataframe draws it."""
+    if not live_feed.served:
+        config = {progress_column: st.column_config.ProgressColumn(progress_column, min_value=0, max_value=100,
+                                                                   format="%.0f%%")} if progress_column else None
+        st.dataframe(rows, hide_index=True, key=f"table-{key}", column_config=config)
+        return
+    _live_part()(data={"kind": "table", "table": live_table(rows, progress_column).to_data(),
+                       "feed": feed.to_data() if feed else None},
+                 key=f"table-{key}", on_stale_change=live_feed.mark_stale)
+
+
+def live_table(rows: list[dict], progress_column: str | None = None) -> live_feed.Table:
+    """`rows` as a live table's columns and cells: numbers to 4 significant digits (the progress column's
+    as they are), None as an empty cell."""
+    columns = tuple(rows[0]) if rows else ()
+
+    def cell(column, value):
+        if value is None or column == progress_column or isinstance(value, (bool, int, str)):
+            return value
+        return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+    return live_feed.Table(columns, tuple(tuple(cell(c, row.get(c)) for c in columns) for row in rows), progress_column)
 
 
 def _file_stem(name: str) -> str:

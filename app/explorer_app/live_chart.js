@@ -1,4 +1,4 @@
-// A page's live parts: plotly charts redrawn in place, and progress bars, following a feed (live_feed.py).
+// A page's live parts: plotly charts redrawn in place, progress bars and tables, following a feed (live_feed.py).
 //
 // st.plotly_chart gives a chart a new identity whenever its figure changes, so a timer's redraw mounted a new
 // chart and dropped the old one. Here one element keeps its chart and Plotly.react updates it; plotly.js
@@ -70,26 +70,85 @@ function mountChart(parentElement, data) {
 
 // ---- progress bars -------------------------------------------------------------------------------
 
-// Drawn as st.progress draws its bar (Streamlit 1.67: its own blue on the theme's secondary background), so
-// the bar does not change colour when the ended run's page replaces it by st.progress.
+// A bar drawn as st.progress draws its own (Streamlit 1.67: its blue on the theme's secondary background), so
+// it does not change colour when the ended run's page replaces it by st.progress; `set(percent)` moves it.
+function progressBar() {
+  const track = document.createElement("div");
+  track.setAttribute("role", "progressbar");
+  track.setAttribute("aria-valuemin", "0");
+  track.setAttribute("aria-valuemax", "100");
+  track.style.cssText = "height: 0.5rem; border-radius: 0.25rem; overflow: hidden; " +
+    "background: var(--st-secondary-background-color, #f0f2f6);";
+  const bar = track.appendChild(document.createElement("div"));
+  bar.style.cssText = "height: 100%; width: 0; background: #1c83e1;";
+  track.set = (percent) => {
+    bar.style.width = `${percent}%`;
+    track.setAttribute("aria-valuenow", String(percent));
+  };
+  return track;
+}
+
 function mountProgress(parentElement) {
   let box = parentElement.querySelector(".explorer-live-progress");
   if (!box) {
     box = document.createElement("div");
     box.className = "explorer-live-progress";
-    box.innerHTML = `<p class="explorer-live-progress-text" style="margin: 0 0 0.25rem; font-size: 0.875rem;"></p>
-      <div role="progressbar" aria-valuemin="0" aria-valuemax="100" style="height: 0.5rem; border-radius: 0.25rem;
-           background: var(--st-secondary-background-color, #f0f2f6); overflow: hidden;">
-        <div class="explorer-live-progress-bar" style="height: 100%; width: 0; background: #1c83e1;"></div></div>`;
+    box.innerHTML = `<p class="explorer-live-progress-text" style="margin: 0 0 0.25rem; font-size: 0.875rem;"></p>`;
+    box.bar = box.appendChild(progressBar());
     parentElement.appendChild(box);
   }
   const update = ({progress: {fraction, text}}) => {
-    const percent = Math.round(Math.min(Math.max(fraction, 0), 1) * 100);
     box.querySelector(".explorer-live-progress-text").textContent = text;  // text, never markup
-    box.querySelector(".explorer-live-progress-bar").style.width = `${percent}%`;
-    box.querySelector("[role=progressbar]").setAttribute("aria-valuenow", String(percent));
+    box.bar.set(Math.round(Math.min(Math.max(fraction, 0), 1) * 100));
   };
   return {kind: "progress", update, unmount: () => {}};
+}
+
+// ---- tables --------------------------------------------------------------------------------------
+
+// A small table (a grid's runs) redrawn from the feed's rows: every cell is text (never markup), and the
+// progress column's numbers (0-100) are drawn as bars.
+function mountTable(parentElement) {
+  let table = parentElement.querySelector(".explorer-live-table");
+  if (!table) {
+    table = document.createElement("table");
+    table.className = "explorer-live-table";
+    table.style.cssText = "width: 100%; border-collapse: collapse; font-size: 0.875rem; margin-bottom: 1rem;";
+    table.createTHead().insertRow();
+    table.createTBody();
+    parentElement.appendChild(table);
+  }
+  const cellStyle = "padding: 0.25rem 0.5rem; text-align: left; border-bottom: 1px solid rgba(49, 51, 63, 0.1);";
+  const update = ({table: {columns, rows, progress_column}}) => {
+    const head = table.tHead.rows[0];
+    if (JSON.stringify(Array.from(head.cells, (cell) => cell.textContent)) !== JSON.stringify(columns)) {
+      head.replaceChildren(...columns.map((name) => {
+        const cell = document.createElement("th");
+        cell.style.cssText = `${cellStyle} font-weight: 600;`;
+        cell.textContent = name;
+        return cell;
+      }));
+    }
+    const progressAt = columns.indexOf(progress_column);
+    table.tBodies[0].replaceChildren(...rows.map((row) => {
+      const line = document.createElement("tr");
+      row.forEach((value, i) => {
+        const cell = line.insertCell();
+        cell.style.cssText = cellStyle;
+        if (i === progressAt && typeof value === "number") {
+          const percent = Math.round(Math.min(Math.max(value, 0), 100));
+          const bar = cell.appendChild(progressBar());
+          bar.style.minWidth = "4rem";
+          bar.set(percent);
+          cell.title = `${percent}%`;
+        } else {
+          cell.textContent = value === null || value === undefined ? "" : String(value);
+        }
+      });
+      return line;
+    }));
+  };
+  return {kind: "table", update, unmount: () => {}};
 }
 
 // ---- feeds ---------------------------------------------------------------------------------------
@@ -121,7 +180,7 @@ const GAP_MIN_MS = 50;  // the least time between one answer and the next ask (a
 
 async function poll(feed) {
   feed.polling = true;
-  let delay = feed.period, progressText = null;
+  let delay = feed.period, shown = null;
   try {
     while (feed.parts.size) {
       const asked = performance.now();  // the period runs from ask to ask: a 60 ms answer leaves 140 ms to wait
@@ -146,13 +205,14 @@ async function poll(feed) {
             part.update({figure: chart.figure});
           }
         }
-        if (body.progress) {
-          for (const part of feed.parts.values()) if (part.kind === "progress") part.update({progress: body.progress});
+        for (const kind of ["progress", "table"]) {
+          if (body[kind]) for (const part of feed.parts.values()) if (part.kind === kind) part.update({[kind]: body[kind]});
         }
         if (body.stamp !== feed.stamp) askRerun(feed);
         else if (!body.active) break;  // the run ended and the page shows it: nothing more will change
-        const quiet = !Object.keys(body.charts).length && body.progress?.text === progressText;
-        progressText = body.progress?.text ?? null;
+        const now = JSON.stringify([body.progress?.text, body.table]);
+        const quiet = !Object.keys(body.charts).length && now === shown;
+        shown = now;
         delay = quiet ? Math.min(delay * 1.5, QUIET_MAX_MS) : feed.period;
       }
       await new Promise((resolve) => setTimeout(resolve, Math.max(delay - (performance.now() - asked), GAP_MIN_MS)));
@@ -185,12 +245,12 @@ function follow(part, link) {
 // ---- the component -------------------------------------------------------------------------------
 
 export default function ({ parentElement, data, setTriggerValue }) {
-  const part = (parentElement.explorerLivePart ??=
-    data.kind === "progress" ? mountProgress(parentElement) : mountChart(parentElement, data));
+  const mount = {progress: mountProgress, table: mountTable}[data.kind] ?? mountChart;
+  const part = (parentElement.explorerLivePart ??= mount(parentElement, data));
   part.setTriggerValue = setTriggerValue;
   // Streamlit may call this again with the data it last sent (not only after a rerun): the feed has drawn
   // newer figures since, so only new data from the page is drawn.
-  const drawn = data.kind === "progress" ? JSON.stringify(data.progress) : data.figure;
+  const drawn = data.kind === "chart" ? data.figure : JSON.stringify(data[data.kind]);
   if (part.drawnFromPage !== drawn) {
     part.drawnFromPage = drawn;
     part.update(data);

@@ -1,15 +1,16 @@
 """Live charts without reruns: a page publishes a feed of its live charts, and the browser polls it.
 
 The Train page used to redraw its progress, loss, heatmap and probe charts by rerunning Streamlit fragments
-five times a second. Each rerun ran the fragment's script on the server and re-rendered every element of the
-fragment in the browser: on a 2-core machine, half a core beside the training, which then trained at 0.7x of
-`explorer train`. Here a page publishes a *feed* instead: a function, called by the server's route (not by
-a script run), that says what the live parts show now. The browser's live parts (live_chart.js) poll the
-route five times a second (less often, down to once a second, while nothing changes: a run queued or
+five times a second (the Compare page its grid twice a second). Each rerun ran the fragment's script on the
+server and re-rendered every element of the fragment in the browser: on a 2-core machine, half a core beside
+the training, which then trained at 0.7x of `explorer train`. Here a page publishes a *feed* instead: a
+function, called by the server's route (not by a script run), that says what the live parts show now: a
+progress bar, charts, a small table (the Compare grid's runs). The browser's live parts (live_chart.js) poll
+the route five times a second (less often, down to once a second, while nothing changes: a run queued or
 paused), and only a chart whose version changed is built and sent. A feed also gives a
 *stamp* of what the page's own widgets show (a run's status, its place in the queue, which charts it has).
-When the stamp differs from the one the page was drawn with, the browser reruns the page once
-(`stale()`), so the buttons and messages follow.
+When the stamp differs from the one the page was drawn with, the browser reruns the fragment that drew the
+part once (`stale()`), so the buttons and messages follow.
 
 app/server.py serves the route (`route()`). Where it does not (Streamlit's AppTest, `streamlit run
 app/streamlit_app.py`), `served` is False and pages redraw on their timers as before.
@@ -50,14 +51,29 @@ class Chart:
 
 
 @dataclass(frozen=True)
+class Table:
+    """A live table: column names, rows of cells (text or numbers, shown as text), and the column whose numbers
+    (0 to 100) are drawn as progress bars."""
+
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    progress_column: str | None = None
+
+    def to_data(self) -> dict:
+        return {"columns": list(self.columns), "rows": [list(row) for row in self.rows],
+                "progress_column": self.progress_column}
+
+
+@dataclass(frozen=True)
 class State:
     """What a feed's live parts show now: the page's stamp, whether the run may still change, the progress
-    bar (fraction, text) and the charts by name."""
+    bar (fraction, text), the charts by name and a table (small: sent whole at every read, like the progress)."""
 
     stamp: str
     active: bool
     progress: tuple[float, str] | None = None
     charts: dict[str, Chart] = field(default_factory=dict)
+    table: Table | None = None
 
 
 @dataclass(frozen=True)
@@ -96,7 +112,9 @@ class Feed:
                 if have.get(name) != chart.version:
                     charts[name] = {"version": chart.version, "figure": self._built[name][1]}
             progress = None if state.progress is None else {"fraction": state.progress[0], "text": state.progress[1]}
-            return {"stamp": state.stamp, "active": state.active, "progress": progress, "charts": charts}
+            table = None if state.table is None else state.table.to_data()
+            return {"stamp": state.stamp, "active": state.active, "progress": progress, "charts": charts,
+                    "table": table}
 
 
 def publish(source: Callable[[], State], token: str | None = None, key: Hashable = None) -> str:
@@ -152,7 +170,8 @@ def mark_stale() -> None:
 
 
 def stale() -> bool:
-    """Whether a live part asked for a rerun since the last call (the page then reruns whole)."""
+    """Whether a live part asked for a rerun since the last call (its fragment reruns; the Train page then
+    reruns whole)."""
     return bool(st.session_state.pop(STALE_KEY, False))
 
 

@@ -1,11 +1,16 @@
 """Compare: launch a small grid (topologies x seeds, or depth x tau) and overlay runs from the store.
 
 The grid's runs train as background jobs in the server's queue (at most EXPLORER_MAX_JOBS at once
-across all sessions, the rest wait); a fragment redraws their progress, a table and their loss
-curves twice a second while any of them is active. Below, the runs picked from this session (or the
-whole store) are compared: overlaid loss curves, shortcut-coefficient heatmaps side by side and
+across all sessions, the rest wait). While any of them is active, the grid's progress bar, its table of runs
+and their loss curves follow a feed the page publishes (explorer_app.live_feed), without rerunning the page:
+its fragment reruns only when a run's state changes (queued, running, ended). Where no feed is served
+(Streamlit's AppTest) the fragment redraws twice a second instead. Below, the runs picked from this session
+(or the whole store) are compared: overlaid loss curves, shortcut-coefficient heatmaps side by side and
 overlaid Jacobian spectra, with one colour per run in every figure.
 """
+
+import json
+import time
 
 import streamlit as st
 
@@ -13,9 +18,13 @@ import explorer
 from explorer import plots
 from explorer.registry import DEPTH_RULES, SpecError
 from explorer.sweeps import trials
-from explorer_app import figures, limits, messages, state
+from explorer_app import figures, jobs, limits, live_feed, messages, state
 
-REFRESH_S = 0.5  # live grid refresh period while a job is active
+REFRESH_S = 0.5  # without a feed: the grid's refresh period while a job is active
+# The grid's loss chart is rebuilt at most this often while it trains (its progress and table follow the feed
+# at every poll): the page reran twice a second before, and the chart's redraws were the largest part of what
+# the browser did beside the grid's training.
+CHART_REFRESH_S = 0.5
 MAX_RUNS = 12  # most runs one grid launches, and most runs compared at once
 MAX_LISTED = 200  # newest store runs offered with "all runs in the store"
 DEFAULT_PRESET = "tau-fig1-1/sqrt(L)"
@@ -127,9 +136,10 @@ def grid_size(grid: dict[str, list], seeds: int) -> int:
 
 
 # ---- launching ----------------------------------------------------------------------------------
-def launch(items: list[tuple[str, object]]) -> None:
+def launch(items: list[tuple[str, object]]) -> bool:
     """Queue every run of the grid in the server's job queue (each trains in a worker process, which leaves out
-    a live probe that does not apply to the model, with a note); the grid becomes this session's current one."""
+    a live probe that does not apply to the model, with a note); the grid becomes this session's current one.
+    False (and a message) when this session may not start that many runs now."""
     number = st.session_state.get("compare-grids", 0) + 1
     share = caps.max_jobs_per_session - len(state.job_queue().active_jobs(state.session_id()))
     if len(items) > share:
@@ -137,12 +147,13 @@ def launch(items: list[tuple[str, object]]) -> None:
                  f"session may have at most {caps.max_jobs_per_session} runs training or waiting on this server "
                  "(EXPLORER_MAX_JOBS_PER_SESSION). Make the grid smaller, or wait for your runs to end.",
                  icon=":material/error:")
-        return
+        return False
     jobs = [state.submit(spec, f"grid {number}: {label}", probes=LIVE_PROBES, optional_probes=tuple(LIVE_PROBES),
                          probe_every=max(spec.train.steps // 4, 1))
             for label, spec in items]
     st.session_state["compare-grids"] = number
     st.session_state["compare-grid"] = {"number": number, "jobs": jobs, "selected": False}
+    return True
 
 
 def stop_grid() -> None:
@@ -181,13 +192,67 @@ else:
 busy = grid_active()
 if st.button(f"Launch {size} run{'s' * (size != 1)}", type="primary", key="compare-launch",
              icon=":material/play_arrow:", disabled=items is None or busy,
-             help="Wait for the current grid to finish (or stop it) first." if busy else None):
-    launch(items)
+             help="Wait for the current grid to finish (or stop it) first." if busy else None) and launch(items):
+    st.rerun()  # drawn again with the grid under way: Launch is off until it ends (it was drawn before the click)
 
 
 # ---- watching the grid --------------------------------------------------------------------------
+def grid_stamp(views) -> str:
+    """What the grid's widgets show of its runs: when the feed's stamp differs, its fragment reruns."""
+    return json.dumps([[view.status, view.queue_position, view.note, view.error] for view in views])
+
+
+def grid_progress(grid: dict, views) -> tuple[float, str]:
+    queued = sum(view.status == "queued" for view in views)
+    done = sum(not view.active for view in views)
+    fraction = sum(run_fraction(view) if view.active else 1.0 for view in views) / len(views)  # an ended run is done
+    return fraction, f"Grid {grid['number']}: {done} of {len(views)} runs done" + (f" · {queued} queued" if queued else "")
+
+
+def grid_loss(grid: dict, views):
+    """The grid's loss curves (one colour per run, as in every figure of the page); None before any logged step."""
+    colors = plots.run_colors([view.label for view in views])
+    curves = [view.as_run() for view in views if view.history]
+    return plots.loss_curves(curves, colors=colors, title=f"Grid {grid['number']}: training loss") if curves else None
+
+
+def grid_loss_or_empty(grid: dict, views):
+    """grid_loss, or empty axes where the feed will draw it."""
+    figure = grid_loss(grid, views)
+    return figure if figure is not None else plots.loss_curves([{"label": "no step logged yet", "history": []}],
+                                                               title=f"Grid {grid['number']}: training loss")
+
+
+def publish_grid_feed(grid: dict) -> str | None:
+    """Serve the grid's progress, runs table and loss chart to the browser (explorer_app.live_feed), under this
+    session's Compare token (kept, with what it built, while the grid stays); None where no feed is served.
+    The feed reads only the rows logged since its last read, and builds the loss chart at most once per
+    CHART_REFRESH_S."""
+    if not live_feed.served:
+        return None
+    readers = [jobs.HistoryReader(job) for job in grid["jobs"]]
+    chart: dict = {"at": float("-inf"), "seen": None, "version": 0, "figure": None}
+
+    def source() -> live_feed.State:
+        views = [reader.view() for reader in readers]
+        active = any(view.active for view in views)
+        seen = [(view.history_length, view.status) for view in views]
+        now = time.monotonic()
+        if seen != chart["seen"] and (now - chart["at"] >= CHART_REFRESH_S or not active):
+            chart.update(at=now, seen=seen, version=chart["version"] + 1, figure=grid_loss(grid, views))
+        figure = chart["figure"]
+        charts = {"loss": live_feed.Chart(str(chart["version"]), lambda: figure)} if figure is not None else {}
+        return live_feed.State(grid_stamp(views), active, grid_progress(grid, views), charts,
+                               figures.live_table([grid_row(view) for view in views], "progress"))
+
+    token = live_feed.publish(source, st.session_state.get("compare-feed"), key=(grid["number"],))
+    st.session_state["compare-feed"] = token
+    return token
+
+
 def grid_view() -> None:
     """Overall progress, a row per run and the overlaid loss curves of the current grid."""
+    live_feed.stale()  # a live part asked for this rerun (a run's state changed): drawn below as it is now
     grid = current_grid()
     if grid is None:
         st.caption(f"No grid launched yet. Runs beyond this server's limit of {caps.max_jobs} at once "
@@ -195,33 +260,32 @@ def grid_view() -> None:
         return
     views = [job.view() for job in grid["jobs"]]
     active = any(view.active for view in views)
-    queued = [view for view in views if view.status == "queued"]
-    done = sum(not view.active for view in views)
-    fraction = sum(run_fraction(view) if view.active else 1.0 for view in views) / len(views)  # an ended run is done
+    token = publish_grid_feed(grid) if active else None
+    stamp = grid_stamp(views)
+    fraction, text = grid_progress(grid, views)
     left, right = st.columns([5, 1])
-    left.progress(fraction, text=f"Grid {grid['number']}: {done} of {len(views)} runs done"
-                                 + (f" · {len(queued)} queued" if queued else ""))
+    with left:
+        figures.progress(fraction, text, key="compare-grid", feed=live_feed.link(token, "progress", "", stamp))
     right.button("Stop grid", key="compare-stop", icon=":material/stop:", disabled=not active, on_click=stop_grid,
                  help="Stop the runs under way and drop the queued ones; what they did stays in the store.")
+    queued = [view for view in views if view.status == "queued"]
     if queued:
         st.info(f"{len(queued)} run(s) wait for a training slot: this server trains at most {caps.max_jobs} runs at "
                 "once across all sessions (EXPLORER_MAX_JOBS); they start as slots free up.",
                 icon=":material/hourglass_top:")
     for note in sorted({view.note for view in views if view.note}):  # a live probe the workers left out, and why
         st.caption(note)
-    st.dataframe([grid_row(view) for view in views], hide_index=True, key="compare-grid-table",
-                 column_config={"progress": st.column_config.ProgressColumn("progress", min_value=0, max_value=100,
-                                                                            format="%.0f%%")})
+    figures.table([grid_row(view) for view in views], key="compare-grid-table", progress_column="progress",
+                  feed=live_feed.link(token, "table", "", stamp))
     for view in views:
         if view.status == "error":
             st.error(f"{messages.escape(view.label)} failed: {messages.escape(view.error)}", icon=":material/error:")
-    curves = [view.as_run() for view in views if view.history]
-    if curves:
-        colors = plots.run_colors([view.label for view in views])
-        figures.show(plots.loss_curves(curves, colors=colors, title=f"Grid {grid['number']}: training loss"),
-                     key="compare-grid-loss", name=f"grid-{grid['number']}-loss", live=True)
+    if token is not None or any(view.history for view in views):  # with a feed, axes it will draw on
+        figures.show(grid_loss_or_empty(grid, views), key="compare-grid-loss", name=f"grid-{grid['number']}-loss",
+                     live=True, feed=live_feed.link(token, "loss", "", stamp),  # "": the feed sends its newest
+                     current=lambda: grid_loss_or_empty(grid, [job.view() for job in grid["jobs"]]))
     if active != st.session_state.get("compare-active", False):
-        st.rerun(scope="app")  # switch the refresh timer on or off
+        st.rerun(scope="app")  # the grid started or ended: the Launch button and the comparison below follow
 
 
 def run_fraction(view) -> float:
@@ -230,7 +294,9 @@ def run_fraction(view) -> float:
 
 def grid_row(view) -> dict:
     final = view.history[-1] if view.history else {}
-    status = f"queued (#{view.queue_position} in line)" if view.status == "queued" else view.status
+    status = view.status
+    if status == "queued":  # no place in line: it has a slot and a worker is taking it
+        status = f"queued (#{view.queue_position} in line)" if view.queue_position else "starting"
     return {"run": view.label, "status": status, "progress": 100 * run_fraction(view),
             "step": f"{view.steps_done} / {view.total_steps}", "loss": final.get("loss"),
             "val accuracy": final.get("val_accuracy"), "diverged at": view.diverged_at}
@@ -238,7 +304,7 @@ def grid_row(view) -> dict:
 
 active = grid_active()
 st.session_state["compare-active"] = active
-st.fragment(run_every=REFRESH_S if active else None)(grid_view)()
+st.fragment(run_every=REFRESH_S if active and not live_feed.served else None)(grid_view)()
 
 
 # ---- comparing stored runs ----------------------------------------------------------------------
