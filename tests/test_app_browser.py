@@ -176,6 +176,33 @@ def test_the_compare_grid_follows_its_feed_without_rerunning_the_page(app):
     assert browsing.exceptions(page) == 0
 
 
+def test_a_claims_job_follows_its_feed_without_rerunning_the_page(app):
+    """"Run all claims" on the Papers page: the job's progress bar follows its feed from claim to claim, and
+    the page sends Streamlit only the click and, once the job ends, one rerun that draws the verdicts (it
+    reran twice a second before)."""
+    base, page, _ = app
+    polls, sent = [], []
+    page.on("request", lambda request: polls.append(request.url) if "/live/" in request.url else None)
+    page.on("websocket", lambda socket: socket.on("framesent", lambda frame: sent.append(frame)))
+    page.goto(f"{base}/papers?paper={urllib.parse.quote('Cutting the Skip')}")
+    button = ".st-key-papers-run-all-skipless button"
+    page.wait_for_function(f"() => document.querySelectorAll('{button}').length >= 1 && {browsing.NOT_RUNNING}",
+                           timeout=120_000)
+    sent.clear()
+    page.locator(button).first.click()
+    texts, t0 = [], time.perf_counter()
+    while page.get_by_text("Done:", exact=False).count() == 0:
+        assert time.perf_counter() - t0 < 600, texts
+        bars = page.locator(".explorer-live-progress")
+        texts.append(bars.first.inner_text() if bars.count() else "")
+        time.sleep(0.1)
+    claims_seen = {int(found.group(1)) for text in texts if (found := re.match(r"Claim (\d+) of 3", text))}
+    assert len(claims_seen) >= 2, texts  # it moved from claim to claim
+    assert polls and len(sent) <= 3, f"{len(sent)} messages to the server while the claims ran"
+    assert page.locator(".explorer-verdicts:visible").count() >= 1  # the verdicts, drawn once it ended
+    assert browsing.exceptions(page) == 0
+
+
 def test_a_shared_url_carries_its_values_into_the_widgets(app):
     base, page, _ = app
     spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"model.depth": 17, "optim.lr": 0.05})

@@ -31,7 +31,7 @@ import streamlit as st
 
 from explorer_app import plotly_js
 
-MAX_FEEDS = 256  # feeds kept at once (one per browser session that trains); the least recently read goes first
+MAX_FEEDS = 256  # feeds kept at once (one per browser session and page that follows a job); least recently read go first
 IDLE_S = 1800.0  # a feed nobody read for this long is dropped
 MAX_QUERY = 4096  # the longest `have` query accepted (a page has a handful of charts)
 POLL_S = 0.2  # how often the browser asks while the page shows an active run

@@ -7,7 +7,9 @@ and the paper's presets, each of which opens in the Train page to be trained liv
 
 Claims run as a job of the server's queue, in a worker process (never in the page's script thread),
 so a class cannot start more heavy work at once than EXPLORER_MAX_JOBS allows; the page follows the
-job's progress ("claim i of n"). Claims are seeded and deterministic, so each result row is cached
+job's progress ("claim i of n") through a live feed (explorer_app.live_feed; without a served feed, a fragment
+reruns twice a second), and is drawn again with the results once the job ends. Claims are seeded and
+deterministic, so each result row is cached
 server-wide per (paper, claim, mode, context): in a class only the first student pays.
 
 The equations follow the papers; where their text conversion is garbled or inconsistent:
@@ -20,6 +22,7 @@ library's form of the paper's "aggregated shortcuts to layer j" (explorer/topolo
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 
@@ -29,7 +32,7 @@ import streamlit as st
 import explorer
 from explorer import plots
 from explorer.papers.claims import Claim, claims, recorded
-from explorer_app import figures, state
+from explorer_app import figures, live_feed, state
 from explorer_app.messages import escape, failure
 from explorer_app.limits import LimitError
 
@@ -165,7 +168,7 @@ MODES = ("Fast mode runs one seed and small runs: seconds per claim, and it deci
          "inconclusive). Full mode runs at least 3 seeds and decides on the paired same-seed differences: up to "
          "several minutes per claim on a 2-core CPU. Verdicts can differ between the two.")
 
-PROGRESS_S = 0.5  # progress refresh period while this session's claims job runs
+PROGRESS_S = 0.5  # without a feed: the progress refresh period while this session's claims job runs
 RESULTS = "papers-results"  # session state: (paper, claim id, fast) -> the claim's result row
 
 
@@ -235,27 +238,57 @@ def collect_finished() -> None:
 
 
 def claims_progress(paper: str) -> None:
-    """The progress of this session's claims job (a fragment rerun twice a second while it runs)."""
+    """The progress of this session's claims job: it follows the job's feed (without one, this fragment reruns
+    twice a second); the whole page is drawn again with the results once the job ends."""
+    live_feed.stale()  # a live part asked for this rerun (the job's state changed): drawn below as it is now
     running = st.session_state.get("papers-job")
     if running is not None and running["paper"] == paper:
-        view = running["job"].view()
-        mode = "fast" if running["fast"] else "full"
-        if view.status == "queued":
-            running_jobs, waiting = state.job_queue().counts()
-            st.progress(0.0, text=f"Queued: number {view.queue_position} in line ({running_jobs} job(s) running on "
-                                  f"this server, limit {state.job_queue().max_jobs}, EXPLORER_MAX_JOBS)")
-        elif view.active:
-            st.progress(view.steps_done / max(view.total_steps, 1),
-                        text=f"Claim {min(view.steps_done + 1, view.total_steps)} of {view.total_steps} ({mode} "
-                             f"mode): {view.current or 'starting'}")
-        else:
+        view = running["job"].view(since=10**12)  # a claims job logs no rows
+        if not view.active:
             st.rerun(scope="app")  # its results are drawn by the whole page
+        fraction, text = job_progress(view, running["fast"], state.job_queue())
+        figures.progress(fraction, text, key="papers-claims",
+                         feed=live_feed.link(publish_claims_feed(running), "progress", "", claims_stamp(view)))
         return
     last = st.session_state.get("papers-last")
     if last is not None and last[3] == paper:
         count, seconds, fast, _ = last
         st.progress(1.0, text=f"Done: {count} claim{'s' if count != 1 else ''} in {seconds:.1f} s "
                               f"({'fast' if fast else 'full'} mode)")
+
+
+def job_progress(view, fast: bool, queue) -> tuple[float, str]:
+    """(fraction, text) of a claims job's progress bar."""
+    if view.status == "queued" and view.queue_position:
+        running_jobs, _ = queue.counts()
+        return 0.0, (f"Queued: number {view.queue_position} in line ({running_jobs} job(s) running on this server, "
+                     f"limit {queue.max_jobs}, EXPLORER_MAX_JOBS)")
+    mode = "fast" if fast else "full"
+    if view.steps_done >= view.total_steps:  # the last claim reported; the job is ending
+        return 1.0, f"{view.total_steps} of {view.total_steps} claims done ({mode} mode)"
+    return (view.steps_done / max(view.total_steps, 1),
+            f"Claim {view.steps_done + 1} of {view.total_steps} ({mode} mode): {view.current or 'starting'}")
+
+
+def claims_stamp(view) -> str:
+    """What the page shows of a claims job besides its progress: when the feed's stamp differs, it reruns."""
+    return json.dumps([view.status, view.queue_position])
+
+
+def publish_claims_feed(running: dict) -> str | None:
+    """Serve the claims job's progress bar (explorer_app.live_feed) under this session's Papers token; None
+    where no feed is served."""
+    if not live_feed.served:
+        return None
+    job, fast, queue = running["job"], running["fast"], state.job_queue()
+
+    def source() -> live_feed.State:
+        view = job.view(since=10**12)
+        return live_feed.State(claims_stamp(view), view.active, job_progress(view, fast, queue))
+
+    token = live_feed.publish(source, st.session_state.get("papers-feed"), key=(job.id,))
+    st.session_state["papers-feed"] = token
+    return token
 
 
 def session_results() -> dict:
@@ -361,7 +394,7 @@ def claims_section(paper: str, fast: bool) -> None:
               help="Claims run one after another in a worker process; the page follows their progress.")
     if "papers-message" in st.session_state:
         st.warning(st.session_state["papers-message"], icon=":material/warning:")
-    st.fragment(run_every=PROGRESS_S if busy else None)(claims_progress)(paper)
+    st.fragment(run_every=PROGRESS_S if busy and not live_feed.served else None)(claims_progress)(paper)
     recorded_section(paper)
     for claim in paper_claims:
         with st.container(border=True):
