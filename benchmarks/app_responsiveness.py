@@ -223,28 +223,36 @@ def cli_steps_per_s(name: str, changes: dict, threads: int | None) -> float:
     return summary["steps"] / summary["wall_time"]
 
 
-def worker_steps_per_s(name: str, changes: dict) -> float:
-    """The same job the page submits (live probes included), run by the app's job queue in a worker process with
-    no server and no browser: the page's ceiling on this machine (the worker trains with the threads the
-    server would give it). The worker's own steps/s figure."""
+@contextlib.contextmanager
+def queue_without_browser(workers: int):
+    """The app's job queue (two slots, the server's default: its jobs get the threads the server would give
+    them) on `workers` started worker processes, recording into a scratch run store as the pages do, with no
+    server and no browser."""
     import tempfile
 
     if str(ROOT / "app") not in sys.path:
         sys.path.insert(0, str(ROOT / "app"))
-    from explorer_app.jobs import JobQueue, wait
+    from explorer_app.jobs import JobQueue
     from explorer_app.workers import WorkerPool
 
-    pool = WorkerPool(1)
+    pool = WorkerPool(workers)
     try:
-        pool.warm(count=1)
-        pool.wait_started(1, 120)
-        # two slots, as the server's default (the worker's threads are the server's); recorded, as the page's run
-        queue = JobQueue(2, store=explorer.RunStore(tempfile.mkdtemp(prefix="explorer-worker-")), pool=pool)
+        pool.warm()
+        pool.wait_started(workers, 120)
+        yield JobQueue(2, store=explorer.RunStore(tempfile.mkdtemp(prefix="explorer-bench-")), pool=pool)
+    finally:
+        pool.close()
+
+
+def worker_steps_per_s(name: str, changes: dict) -> float:
+    """The same job the page submits (live probes included), run by the app's job queue in a worker process with
+    no server and no browser: the page's ceiling on this machine. The worker's own steps/s figure."""
+    with queue_without_browser(1) as queue:
+        from explorer_app.jobs import wait  # (app/ is on the path now)
+
         job = queue.submit(explorer.preset(name).with_values(changes), "reference",
                            probes={"coefficients": {}, "norms": {}}, probe_every=50)
         return wait(job, 900).steps_per_second
-    finally:
-        pool.close()
 
 
 def speed(page, base: str, name: str, changes: dict, repeats: int) -> dict:
@@ -285,7 +293,7 @@ def progress_text(page) -> str:
 def cpu_seconds(server_pid: int) -> dict[str, float]:
     """CPU seconds (user + system) used so far by the app's server, its worker processes (its children) and
     the browser (every Chromium process): read before and after a run, the differences are what the run cost
-    each. A process that ended in between is not counted."""
+    each (`cpu_since`). A process that ended in between is not counted."""
     tick = os.sysconf("SC_CLK_TCK")
     used = {"server": 0.0, "workers": 0.0, "browser": 0.0}
     for entry in Path("/proc").iterdir():
@@ -306,6 +314,11 @@ def cpu_seconds(server_pid: int) -> dict[str, float]:
     return used
 
 
+def cpu_since(server_pid: int, before: dict[str, float]) -> dict[str, float]:
+    """CPU seconds each group used since `before` (a `cpu_seconds` reading)."""
+    return {group: seconds - before[group] for group, seconds in cpu_seconds(server_pid).items()}
+
+
 def train_on_page(page, base: str, spec, timeout_ms: int = 900_000) -> dict:
     """Click Train for `spec` and wait until it finished: the steps/s the page shows, click -> finished, and (for
     a `Server` base) the CPU seconds the server, its workers and the browser used from the click to the
@@ -322,7 +335,7 @@ def train_on_page(page, base: str, spec, timeout_ms: int = 900_000) -> dict:
     page.wait_for_function(f"() => document.querySelector('[data-testid=\"stProgress\"]') && {NOT_RUNNING}",
                            timeout=30_000)
     settled = time.perf_counter() - start
-    cpu = {group: seconds - before[group] for group, seconds in cpu_seconds(pid).items()} if pid else None
+    cpu = cpu_since(pid, before) if pid else None
     shown = re.search(r"([0-9.]+) steps/s", progress_text(page))
     return {"page_steps_per_s": float(shown.group(1)) if shown else None, "click_to_finished_s": took,
             "click_to_settled_s": settled, "cpu_s": cpu, "exceptions": exceptions(page)}
@@ -395,42 +408,38 @@ def memory(page, base: Server, runs: int, result: dict, report) -> None:
 GRID_RUNS, GRID_STEPS = 4, 1500  # the Compare grid timed: seeds 0-3 of the tau preset, two at a time
 
 
-def grid_on_page(page, base: Server) -> dict:
-    """Launch a grid of GRID_RUNS seeds of PRESET on the Compare page and wait until every run is done: the wall
-    time, and the cores the server, its workers and the browser used meanwhile."""
+def set_up_grid(page, base: str, seeds: int, steps: int) -> None:
+    """Open the Compare page and set its grid (the default preset, `seeds` seeds of `steps` steps), ready to
+    launch."""
     page.goto(f"{base}/compare")
     page.wait_for_function(f"() => document.querySelectorAll('.st-key-compare-launch button').length >= 1 && "
                            f"{NOT_RUNNING}", timeout=60_000)
-    for name, value in (("seeds", GRID_RUNS), ("steps", GRID_STEPS)):
+    for name, value in (("seeds", seeds), ("steps", steps)):
         field = page.locator(f"[class*='st-key-compare-{name}'] input").first
         field.fill(str(value))
         field.press("Enter")
         page.wait_for_function(f"() => {NOT_RUNNING}", timeout=30_000)
     page.wait_for_function(f"() => document.querySelector('.st-key-compare-launch button').innerText"
-                           f".includes('{GRID_RUNS} runs')", timeout=30_000)
+                           f".includes('{seeds} run')", timeout=30_000)
+
+
+def grid_on_page(page, base: Server) -> dict:
+    """Launch a grid of GRID_RUNS seeds of PRESET on the Compare page and wait until every run is done: the wall
+    time, and the cores the server, its workers and the browser used meanwhile."""
+    set_up_grid(page, base, GRID_RUNS, GRID_STEPS)
     before, start = cpu_seconds(base.pid), time.perf_counter()
     page.locator(".st-key-compare-launch button").first.click()
     page.get_by_text(f"{GRID_RUNS} of {GRID_RUNS} runs done").first.wait_for(timeout=900_000)
     took = time.perf_counter() - start
-    return {"seconds": took, "cores": {group: (seconds - before[group]) / took
-                                       for group, seconds in cpu_seconds(base.pid).items()}}
+    return {"seconds": took, "cores": {group: seconds / took for group, seconds in cpu_since(base.pid, before).items()}}
 
 
 def grid_without_browser() -> float:
     """The same grid's jobs (the Compare page's live probes) through the app's job queue and two workers, with
     no server and no browser: seconds until every run is done."""
-    import tempfile
+    with queue_without_browser(2) as queue:
+        from explorer_app.jobs import wait  # (app/ is on the path now)
 
-    if str(ROOT / "app") not in sys.path:
-        sys.path.insert(0, str(ROOT / "app"))
-    from explorer_app.jobs import JobQueue, wait
-    from explorer_app.workers import WorkerPool
-
-    pool = WorkerPool(2)
-    try:
-        pool.warm()
-        pool.wait_started(2, 120)
-        queue = JobQueue(2, store=explorer.RunStore(tempfile.mkdtemp(prefix="explorer-grid-")), pool=pool)
         base = explorer.preset(PRESET).with_values({"train.steps": GRID_STEPS})
         start = time.perf_counter()
         jobs = [queue.submit(base.with_values({"train.seed": seed}), f"seed {seed}",
@@ -440,8 +449,6 @@ def grid_without_browser() -> float:
         for job in jobs:
             wait(job, 900)
         return time.perf_counter() - start
-    finally:
-        pool.close()
 
 
 def four_sessions(root: Path) -> dict:

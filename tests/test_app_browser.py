@@ -142,16 +142,8 @@ def test_the_compare_grid_follows_its_feed_without_rerunning_the_page(app):
     polls, sent = [], []
     page.on("request", lambda request: polls.append(request.url) if "/live/" in request.url else None)
     page.on("websocket", lambda socket: socket.on("framesent", lambda frame: sent.append(frame)))
-    page.goto(f"{base}/compare")  # a new connection to the server: its messages are counted
-    page.wait_for_function(f"() => document.querySelectorAll('.st-key-compare-launch button').length === 1 && "
-                           f"{browsing.NOT_RUNNING}", timeout=60_000)
-    for name, value in (("seeds", "2"), ("steps", "20000")):  # two runs, long enough to stop them
-        field = page.locator(f"[class*='st-key-compare-{name}'] input").first
-        field.fill(value)
-        field.press("Enter")
-        page.wait_for_function(f"() => {browsing.NOT_RUNNING}", timeout=30_000)
-    page.wait_for_function("() => document.querySelector('.st-key-compare-launch button').innerText.includes('2 runs')",
-                           timeout=30_000)
+    browsing.set_up_grid(page, base, seeds=2, steps=20_000)  # a new connection: its messages are counted; two
+    # runs, long enough to stop them
     page.locator(".st-key-compare-launch button").click()
     page.wait_for_function(f"() => ({GRID_ROWS})().length === 2 && ({GRID_ROWS})().every(r => r[1] === 'running')"
                            f" && ({GRID_CHARTS})().some(([, size]) => size !== '0')", timeout=120_000)

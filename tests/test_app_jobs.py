@@ -2,6 +2,7 @@
 
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -69,6 +70,34 @@ def test_the_queue_runs_at_most_max_jobs_in_submission_order(worker_pool):
     first.resume()
     assert jobs.wait(third).status == "cancelled"
     assert jobs.wait(first).status == "finished" and jobs.wait(second).status == "finished"
+
+
+class PoolWithNoWorkerYet:
+    """A worker pool whose worker is still starting: take() holds until `ready` is set, then fails."""
+
+    backend = "local"
+
+    def __init__(self):
+        self.ready = threading.Event()
+
+    def take(self):
+        self.ready.wait(60)
+        raise jobs.WorkerDied("no worker for this test")
+
+    def give_back(self, worker):
+        pass
+
+
+def test_a_job_out_of_line_waiting_for_its_worker_reads_starting():
+    """A job with a slot whose worker is not there yet has no place in line: its view says "starting" (still
+    active), never "queued" with no place (the pages wrote "queued (#None in line)")."""
+    pool = PoolWithNoWorkerYet()
+    job = jobs.JobQueue(1, pool=pool, cores=2).submit(SPEC, "s", record=False)
+    wait_for(lambda: job.view().queue_position is None, timeout=30)
+    view = job.view()
+    assert (view.status, view.active) == ("starting", True)
+    pool.ready.set()
+    assert jobs.wait(job, 30).status == "error"
 
 
 def test_pause_step_and_stop_act_at_logged_steps(worker_pool):

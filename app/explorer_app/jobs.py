@@ -31,7 +31,7 @@ from explorer.runs import RunStore
 from explorer_app.messages import escape
 from explorer_app.workers import WorkerDied, WorkerPool
 
-ACTIVE = ("queued", "running", "paused")  # a job in one of these may still change
+ACTIVE = ("queued", "starting", "running", "paused")  # a job in one of these may still change
 SETTINGS = ("EXPLORER_MAX_DATA_MB", "EXPLORER_MAX_MODEL_MB", "EXPLORER_DATA_CACHE_MB", "EXPLORER_DATA_DIR",
             "EXPLORER_HOME", "EXPLORER_FAST")  # the server's settings a worker takes with each job
 
@@ -42,7 +42,7 @@ class JobView:
 
     id: str
     label: str
-    status: str  # queued, running, paused, finished, diverged, stopped, cancelled, error
+    status: str  # queued, starting (a slot, a worker being taken), running, paused, finished, diverged, stopped, cancelled, error
     steps_done: int  # a claims job: claims done
     total_steps: int  # a claims job: claims to run
     history: list[dict[str, float]]  # logged rows from index `history_from` on (all of them unless view(since=))
@@ -188,8 +188,10 @@ class Job:
         position = self._queue.position(self) if self._queue else None
         with self._lock:
             since = min(max(since, 0), len(self._history))
+            # out of the line but not yet on a worker (one may be starting): "starting", not "queued" with no place
+            status = "starting" if self._status == "queued" and self._queue is not None and position is None else self._status
             return JobView(
-                id=self.id, label=self.label, status=self._status, steps_done=self._steps_done,
+                id=self.id, label=self.label, status=status, steps_done=self._steps_done,
                 total_steps=self.total, history=self._history[since:],
                 probes=dict(self._probes), probe_step=self._probe_step, steps_per_second=self._sps,
                 diverged_at=self._diverged_at, run_id=self._run_id,

@@ -294,9 +294,7 @@ def run_fraction(view) -> float:
 
 def grid_row(view) -> dict:
     final = view.history[-1] if view.history else {}
-    status = view.status
-    if status == "queued":  # no place in line: it has a slot and a worker is taking it
-        status = f"queued (#{view.queue_position} in line)" if view.queue_position else "starting"
+    status = f"queued (#{view.queue_position} in line)" if view.status == "queued" else view.status
     return {"run": view.label, "status": status, "progress": 100 * run_fraction(view),
             "step": f"{view.steps_done} / {view.total_steps}", "loss": final.get("loss"),
             "val accuracy": final.get("val_accuracy"), "diverged at": view.diverged_at}

@@ -259,7 +259,7 @@ def claims_progress(paper: str) -> None:
 
 def job_progress(view, fast: bool, queue) -> tuple[float, str]:
     """(fraction, text) of a claims job's progress bar."""
-    if view.status == "queued" and view.queue_position:
+    if view.status == "queued":
         running_jobs, _ = queue.counts()
         return 0.0, (f"Queued: number {view.queue_position} in line ({running_jobs} job(s) running on this server, "
                      f"limit {queue.max_jobs}, EXPLORER_MAX_JOBS)")

@@ -248,7 +248,7 @@ def active_at_last_run() -> bool:
 
 def show_status(view, feed: live_feed.Link | None) -> None:
     figures.progress(progress_fraction(view), progress_text(view), key="train", feed=feed)
-    if view.status == "queued" and view.queue_position:  # (none: it has a slot and a worker is taking it)
+    if view.status == "queued":
         running, waiting = state.job_queue().counts()
         st.info(f"Queued: {running} run(s) are training on this server (limit {caps.max_jobs}, EXPLORER_MAX_JOBS); "
                 f"this one is number {view.queue_position} in line.", icon=":material/hourglass_top:")
