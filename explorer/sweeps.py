@@ -18,10 +18,10 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
+from explorer.parallel import BACKENDS, Workers
 from explorer.registry import SpecError
 from explorer.spec import ExperimentSpec
 
-BACKENDS = ("local", "ray")
 
 
 def trials(spec: ExperimentSpec, grid: dict[str, list] | None = None, seeds: int = 1) -> list[tuple[str, ExperimentSpec]]:
@@ -157,8 +157,9 @@ def sweep(spec: ExperimentSpec | str, grid: dict[str, list] | None = None, seeds
                 bar.update(1)
 
     try:
-        runner = _run_local if backend == "local" else _run_ray
-        runner(groups, batched, workers, threads, finished)
+        with Workers(workers, backend, threads) as pool:
+            pool.map(_run_group, [([s.to_dict() for _, s in group], batched, threads) for group in groups],
+                     on_done=lambda index, outcomes: finished(groups[index], outcomes))
     finally:
         if bar is not None:
             bar.close()
@@ -172,53 +173,3 @@ def _bar(total: int):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, unit="trial", file=sys.stderr, desc="sweep")
-
-
-def _run_local(groups, batched, workers, threads, finished) -> None:
-    import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    if workers == 1:  # in this process: no pool to start
-        for group in groups:
-            finished(group, _run_group([s.to_dict() for _, s in group], batched, threads))
-        return
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
-    try:
-        pending = {pool.submit(_run_group, [s.to_dict() for _, s in group], batched, threads): group
-                   for group in groups}
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                finished(pending.pop(future), future.result())
-    except BaseException:
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:  # stop the trials under way too
-            process.terminate()
-        for process in processes:
-            process.join(timeout=10)
-        raise
-    pool.shutdown()
-
-
-def _run_ray(groups, batched, workers, threads, finished) -> None:
-    try:
-        import ray
-    except ImportError:
-        raise SpecError("backend", "the ray backend needs Ray: pip install 'explorer[ray]' (or use --backend local)") \
-            from None
-    if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS") or None
-        ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                 **({} if address else {"num_cpus": workers}))
-    task = ray.remote(num_cpus=1)(_run_group)
-    pending = {task.remote([s.to_dict() for _, s in group], batched, threads): group for group in groups}
-    try:
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                finished(pending.pop(ref), ray.get(ref))
-    except BaseException:
-        for ref in pending:
-            ray.cancel(ref, force=True)
-        raise

@@ -1,19 +1,31 @@
 """The presets registry (named specs at CPU scale, each paper module's PRESETS registered by the package),
-and the papers' run cache.
+the papers' run cache, and the runner that trains a claim's runs as independent jobs.
 
 The claims and the notebooks share their runs through `cached`: one least-recently-used cache for every
 paper, bounded by EXPLORER_PAPERS_CACHE_MB (default 256) of model weights, data and results, so a process
 that runs every claim (a server's worker, a notebook kernel) does not keep every run it ever trained. A run
 is kept without its training state (optimizer moments): claims and figures read its model, data and history.
+
+A claim asks for all its runs at once (`train_all(specs)`, or `run_jobs(fn, items)` for work that is not a
+plain training run), so its seeds and arms can train side by side: in this process one after the other (the
+default), in worker processes of one thread each, on Ray, or with the seeds of an arm stacked into one model
+(explorer.batched), as the enclosing `execution(...)` says:
+
+    with execution(jobs=2):                  # both cores, one run per core
+        runs = train_all([seeded(spec, s) for s in (0, 1, 2)])
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+import contextlib
+import contextvars
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from explorer.cache import LRUCache, megabytes_from_env
-from explorer.registry import Entry, Registry
+from explorer.parallel import Workers
+from explorer.registry import Entry, Registry, SpecError
 
 PRESETS = Registry("presets")
 RUNS = LRUCache(megabytes_from_env("EXPLORER_PAPERS_CACHE_MB", 256))
@@ -55,3 +67,136 @@ def _loader(spec_dict):
 def preset(name: str):
     """The ExperimentSpec registered under `name` (a SpecError lists the valid names)."""
     return PRESETS.lookup(name, "preset").factory()
+
+
+# ------------------------------------------------------------------------------------------ the claims' runner
+
+
+@dataclass
+class Execution:
+    """How a claim's runs train: `workers` (None: here, one after the other), whether the seeds of an arm
+    train stacked (`batched`), and `progress(done, total)` called as runs end (for a bar and its estimate)."""
+
+    workers: Workers | None = None
+    batched: bool = False
+    progress: Callable[[int, int], None] | None = None
+
+
+_EXECUTION: contextvars.ContextVar[Execution] = contextvars.ContextVar("execution", default=Execution())
+
+
+@contextlib.contextmanager
+def execution(jobs: int = 1, backend: str = "local", batched: bool = False,
+              progress: Callable[[int, int], None] | None = None) -> Iterator[Execution]:
+    """Within the block, claims train their runs with `jobs` workers (processes of one torch thread each;
+    1: in this process) on `backend` ("local" or "ray"), batched or not, reporting `progress(done, total)`."""
+    if backend == "local" and jobs == 1:
+        workers = None
+    else:
+        workers = Workers(jobs, backend, threads=1)
+    setting = Execution(workers, batched, progress)
+    token = _EXECUTION.set(setting)
+    try:
+        yield setting
+    finally:
+        _EXECUTION.reset(token)
+        if workers is not None:
+            workers.close()
+
+
+def run_jobs(fn: Callable, items: Sequence[tuple]) -> list:
+    """[fn(*item) for item in items] as independent jobs of the current execution (fn: a module-level function,
+    its arguments and result picklable), in order; progress is reported as each ends."""
+    setting = _EXECUTION.get()
+    items = list(items)
+    done = [0]
+
+    def ended(_index, _value):
+        done[0] += 1
+        if setting.progress is not None:
+            setting.progress(done[0], len(items))
+
+    if setting.workers is None:
+        return [_ended_with(fn(*item), ended) for item in items]
+    return setting.workers.map(fn, items, on_done=ended)
+
+
+def _ended_with(value, ended):
+    ended(None, value)
+    return value
+
+
+def run_key(spec, callbacks: Sequence[Callable] = ()) -> tuple:
+    """The papers' cache key of `train(spec, callbacks)`: the spec itself and the callbacks' names."""
+    return ("run", spec.to_json(indent=None), tuple(f"{c.__module__}.{c.__qualname__}" for c in callbacks))
+
+
+def train_all(specs: Sequence, callbacks: Sequence[Callable] = ()) -> list:
+    """`train(spec, callbacks)` for every spec, the runs cached per spec: those not in the papers' cache train as
+    independent jobs of the current execution (see `execution`). Callbacks are module-level functions (they
+    cross to the workers). Runs are deterministic on CPU, so where they train does not change them; batched
+    members match their separate runs to float32 rounding (explorer.batched)."""
+    specs = list(specs)
+    callbacks = tuple(callbacks)
+    keys = [run_key(spec, callbacks) for spec in specs]
+    found = {key: RUNS.get(key) for key in keys}
+    missing = {key: spec for key, spec in zip(keys, specs) if found[key] is None}
+    if missing:
+        setting = _EXECUTION.get()
+        order = list(missing)
+        groups = _batched_groups([missing[k] for k in order]) if setting.batched and not callbacks else \
+            [[i] for i in range(len(order))]
+        portable = setting.workers is not None
+        outcomes = run_jobs(_train_group, [([missing[order[i]].to_dict() for i in group], callbacks, portable)
+                                           for group in groups])
+        for group, runs in zip(groups, outcomes):
+            for i, run in zip(group, runs):
+                run = _unpack(missing[order[i]], run) if portable else run
+                found[order[i]] = run
+                RUNS.put(order[i], run)
+    return [found[key] for key in keys]
+
+
+def _batched_groups(specs: list) -> list[list[int]]:
+    """Indices of `specs` grouped by everything but the seed (the seeds of one arm share every shape)."""
+    groups: dict[str, list[int]] = {}
+    for i, spec in enumerate(specs):
+        groups.setdefault(spec.with_values({"train.seed": 0}).to_json(indent=None), []).append(i)
+    return list(groups.values())
+
+
+_RUN_FIELDS = ("status", "history", "steps_done", "diverged_at", "diverged_loss", "wall_time", "probe_history")
+
+
+def _train_group(spec_dicts: list[dict], callbacks: tuple, portable: bool) -> list:
+    """A job: train the specs (stacked with explorer.batched when several share their shapes; separately when
+    they cannot be stacked, e.g. BatchNorm). Portable: each run as its weights and record only (what crosses
+    back from a worker; the caller rebuilds the model and the data), else the runs themselves."""
+    from explorer.spec import ExperimentSpec
+    from explorer.train import train
+
+    specs = [ExperimentSpec.from_dict(d) for d in spec_dicts]
+    runs = None
+    if len(specs) > 1:
+        from explorer.batched import train_batched
+
+        try:
+            runs = train_batched(specs)
+        except SpecError:
+            runs = None
+    if runs is None:
+        runs = [train(spec, callbacks=list(callbacks) or None) for spec in specs]
+    if not portable:
+        return runs
+    return [{"weights": {k: v.detach().cpu() for k, v in run.model.state_dict().items()}, "device": run.device,
+             **{name: getattr(run, name) for name in _RUN_FIELDS}} for run in runs]
+
+
+def _unpack(spec, portable: dict):
+    """The Run of a portable record: the model built from `spec` with the trained weights loaded, the data rebuilt
+    (generated, cached)."""
+    from explorer.train import Run, build
+
+    model, data = build(spec)
+    model.load_state_dict(portable["weights"])
+    return Run(spec, model, data, portable["device"], **{name: portable[name] for name in _RUN_FIELDS})

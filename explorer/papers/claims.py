@@ -4,11 +4,13 @@ A claim is a function `check(mode, **controls) -> Verdict` registered with `@cla
 names the paper, where the statement is (`section`), the statement, the paper's own words
 (`source`, quoted with its location) and what running it at the paper's size needs (`paper_scale`).
 
-Three verdicts (plus "error", an exception in the check):
+Four verdicts (plus "error", an exception in the check):
 
 * holds / does-not-hold: the measured effect points one way on every seed, by more than its noise;
 * inconclusive: the effect is within the run-to-run noise, a score sits at its trivial floor (chance
-  accuracy, an all-background mIoU, float noise), or the run is too short to decide.
+  accuracy, an all-background mIoU, float noise), or the run is too short to decide;
+* not-tested: no set-up here tests the paper's statement itself (a proxy is not the claim); the reason
+  says what it would need and what was seen on the nearest set-up.
 
 `decide` is the one rule used for stochastic comparisons: it takes the paired same-seed
 differences (oriented so that positive supports the claim). Full mode runs at least 3 seeds
@@ -41,7 +43,7 @@ from typing import Any
 from explorer.registry import SpecError
 
 PAPERS = ("ancre", "dca", "idinit", "tau", "skipless")
-VERDICTS = ("holds", "does-not-hold", "inconclusive", "error")
+VERDICTS = ("holds", "does-not-hold", "inconclusive", "not-tested", "error")
 SCALES = ("cpu", "paper")
 FULL_SEEDS = (0, 1, 2)
 SIGMAS = 2.0  # decide: |mean paired difference| must exceed SIGMAS x their standard deviation
@@ -55,15 +57,18 @@ class Mode:
     fast: bool = False
     scale: str = "cpu"
     device: str = "cpu"
+    full_seeds: int = len(FULL_SEEDS)  # a claim may ask for more (its noise needs them)
+    deterministic: bool = False  # one run decides (no seed changes it): the label says so
 
     @property
     def seeds(self) -> tuple[int, ...]:
-        return (0,) if self.fast else FULL_SEEDS
+        return (0,) if self.fast else tuple(range(self.full_seeds))
 
     @property
     def label(self) -> str:
-        return f"{'fast' if self.fast else 'full'} mode, {len(self.seeds)} seed{'s' if len(self.seeds) > 1 else ''}, " \
-               f"{self.scale} scale"
+        runs = "one deterministic run" if self.deterministic else \
+            f"{len(self.seeds)} seed{'s' if len(self.seeds) > 1 else ''}"
+        return f"{'fast' if self.fast else 'full'} mode, {runs}, {self.scale} scale"
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,8 @@ def decide(diffs: Sequence[float], *, fast_margin: float, min_effect: float = 0.
     |mean| > min_effect; does-not-hold when every difference is < 0 with the same margins;
     otherwise inconclusive. With one seed (fast mode) the noise is unknown: holds only when the
     difference exceeds `fast_margin`, does-not-hold only below -fast_margin, else inconclusive.
+    The reason says which test failed (the seeds' signs, the noise, the threshold), and a floor never
+    hides differences that all point against the claim: the reason says so first.
     """
     values = [float(d) for d in diffs]
     if not values:
@@ -106,19 +113,33 @@ def decide(diffs: Sequence[float], *, fast_margin: float, min_effect: float = 0.
     if any(not math.isfinite(v) for v in values):
         return Decision("inconclusive", rule, f"a difference is not finite ({stats})")
     if hit:
-        return Decision("inconclusive", rule, f"at a floor: {'; '.join(hit)} ({stats})")
+        against = all(v < 0 for v in values)
+        return Decision("inconclusive", rule,
+                        (f"every {'seed points' if n > 1 else 'difference points'} against the claim ({stats}), "
+                         f"but a floor keeps it from deciding: {'; '.join(hit)}" if against else
+                         f"at a floor: {'; '.join(hit)} ({stats})"))
     if n == 1:
         margin = max(fast_margin, min_effect)
         verdict = "holds" if mean > margin else "does-not-hold" if mean < -margin else "inconclusive"
         why = {"holds": "above the fast-mode margin", "does-not-hold": "below minus the fast-mode margin",
                "inconclusive": f"within the fast-mode margin {margin:g} (one seed cannot measure the noise)"}
         return Decision(verdict, rule, f"{why[verdict]} ({stats})")
-    clear = abs(mean) > SIGMAS * spread and abs(mean) > min_effect
-    if clear and all(v > 0 for v in values):
-        return Decision("holds", rule, f"every seed agrees and the mean is clear of the noise ({stats})")
-    if clear and all(v < 0 for v in values):
+    same_sign = all(v > 0 for v in values) or all(v < 0 for v in values)
+    clear_of_noise = abs(mean) > SIGMAS * spread
+    big_enough = abs(mean) > min_effect
+    if same_sign and clear_of_noise and big_enough:
+        if mean > 0:
+            return Decision("holds", rule, f"every seed agrees and the mean is clear of the noise ({stats})")
         return Decision("does-not-hold", rule, f"every seed points the other way, clear of the noise ({stats})")
-    return Decision("inconclusive", rule, f"within the run-to-run noise or seeds disagree ({stats})")
+    direction = "for" if mean > 0 else "against"
+    if not same_sign:
+        why = "the seeds disagree in sign"
+    elif not clear_of_noise:
+        why = f"every seed points {direction} the claim, but the mean is within {SIGMAS:g} x the paired std (noise)"
+    else:
+        why = (f"every seed points {direction} the claim, clear of the noise, but |mean| is under the claim's "
+               f"threshold {min_effect:g}")
+    return Decision("inconclusive", rule, f"{why} ({stats})")
 
 
 def decide_all(passed: Sequence[bool], test: str, floors: dict[str, bool] | None = None) -> Decision:
@@ -153,7 +174,9 @@ def combine(parts: dict[str, Decision]) -> Decision:
 class Verdict:
     """What a check returns: the decision, the per-seed numbers it rests on, the threshold with its
     source ("Table 1: ..." or "ours: <reason>"), our set-up and how it differs from the paper's,
-    other measured numbers, and a note."""
+    other measured numbers, a note, and `summary`: the one line a table shows of what was measured
+    (e.g. "L^-1/4: val acc 0.79 / 0.64 at depth 10 / 30; 1/sqrt(L): 0.56 / 0.50"; empty: one is made
+    from the per-seed numbers)."""
 
     decision: Decision
     per_seed: dict[str, list]
@@ -161,6 +184,7 @@ class Verdict:
     setup: str
     measured: dict[str, Any] = field(default_factory=dict)
     note: str = ""
+    summary: str = ""
 
 
 @dataclass(frozen=True)
@@ -173,6 +197,8 @@ class Claim:
     paper_scale: str
     check: Callable[..., Verdict] = field(repr=False)
     paper_spec: bool = False  # whether --scale paper runs something other than "no paper-scale spec"
+    full_seeds: int = len(FULL_SEEDS)  # seeds in full mode
+    deterministic: bool = False  # one run decides whatever the seed (the mode's label says so)
 
     @functools.cached_property  # the source is read once per claim (the Papers page asks on every rerun)
     def fingerprint(self) -> str:
@@ -183,7 +209,7 @@ class Claim:
         """The claim's row (see ROW_KEYS); `controls` go to the check (the tests' negative controls)."""
         if scale not in SCALES:
             raise SpecError("--scale", f"unknown scale {scale!r}; use one of {', '.join(SCALES)}")
-        mode = Mode(fast=fast, scale=scale, device=device)
+        mode = Mode(fast=fast, scale=scale, device=device, full_seeds=self.full_seeds, deterministic=self.deterministic)
         start = time.perf_counter()
         row = {"paper": self.paper, "id": self.id, "section": self.section, "statement": self.statement,
                "source": self.source, "paper_scale": self.paper_scale, "mode": mode.label,
@@ -191,7 +217,7 @@ class Claim:
         if scale == "paper" and not self.paper_spec:
             row.update({"verdict": "inconclusive", "reason": f"no paper-scale spec for this claim: {self.paper_scale}",
                         "rule": "", "threshold": "", "setup": "", "per_seed": {}, "measured": {}, "note": "",
-                        "seconds": 0.0})
+                        "summary": "", "seconds": 0.0})
             return row
         try:
             result = self.check(mode, **controls)
@@ -199,26 +225,29 @@ class Claim:
                         "rule": result.decision.rule, "threshold": result.threshold, "setup": result.setup,
                         "per_seed": _jsonable(result.per_seed), "measured": _jsonable(result.measured),
                         "note": result.note})
+            row["summary"] = result.summary or summary_of(row["per_seed"])
         except Exception as error:  # noqa: BLE001  (a claim that errors is reported, the table goes on)
             row.update({"verdict": "error", "reason": f"{type(error).__name__}: {error}", "rule": "", "threshold": "",
-                        "setup": "", "per_seed": {}, "measured": {},
+                        "setup": "", "per_seed": {}, "measured": {}, "summary": "",
                         "note": f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}"})
         row["seconds"] = round(time.perf_counter() - start, 2)
         return row
 
 
 ROW_KEYS = ("paper", "id", "section", "statement", "source", "paper_scale", "mode", "fingerprint", "verdict", "reason",
-            "rule", "threshold", "setup", "per_seed", "measured", "note", "seconds")
+            "rule", "threshold", "setup", "per_seed", "measured", "summary", "note", "seconds")
 CLAIMS: dict[str, Claim] = {}
 
 
-def claim(paper: str, id: str, section: str, statement: str, source: str, paper_scale: str, paper_spec: bool = False):
+def claim(paper: str, id: str, section: str, statement: str, source: str, paper_scale: str, paper_spec: bool = False,
+          full_seeds: int = len(FULL_SEEDS), deterministic: bool = False):
     """Register `check(mode, **controls) -> Verdict` as a claim of `paper` (one of PAPERS), under a unique `id`.
 
     `source`: the paper's words, quoted, with their location; `paper_scale`: what running the claim at the
     paper's size means here (`--scale paper`), with the hardware and time it needs, or why it is the same;
     `paper_spec`: True when `--scale paper` runs it (at the paper's size, or because the CPU check already is);
-    otherwise `--scale paper` answers inconclusive with `paper_scale` as the reason."""
+    otherwise `--scale paper` answers inconclusive with `paper_scale` as the reason; `full_seeds`: the seeds full
+    mode runs (more where the noise needs them); `deterministic`: one run decides, whatever the seed."""
     if paper not in PAPERS:
         raise ValueError(f"paper must be one of {', '.join(PAPERS)}, got {paper!r}")
 
@@ -226,7 +255,8 @@ def claim(paper: str, id: str, section: str, statement: str, source: str, paper_
         key = f"{paper}/{id}"
         if key in CLAIMS:
             raise ValueError(f"claim {key} is registered twice")
-        CLAIMS[key] = Claim(paper, id, section, statement, source, paper_scale, check, paper_spec)
+        CLAIMS[key] = Claim(paper, id, section, statement, source, paper_scale, check, paper_spec, full_seeds,
+                            deterministic)
         return check
 
     return register
@@ -240,12 +270,18 @@ def claims(paper: str | None = None) -> list[Claim]:
 
 
 def run_claims(paper: str | None = None, fast: bool | None = None, ids: list[str] | None = None,
-               callback: Callable[[dict], None] | None = None, scale: str = "cpu",
-               device: str = "cpu") -> list[dict[str, Any]]:
+               callback: Callable[[dict], None] | None = None, scale: str = "cpu", device: str = "cpu",
+               jobs: int = 1, backend: str = "local", batched: bool = False,
+               progress: Callable[[Progress], None] | None = None) -> list[dict[str, Any]]:
     """Run the claims (of one paper, or only `ids`) and return their rows; `callback(row)` after each.
 
-    fast=None reads EXPLORER_FAST=1 from the environment. An id that is no claim (of `paper`) is a
-    SpecError listing the valid ones."""
+    A claim's seeds and arms train as independent jobs: `jobs` worker processes of one thread each (1: here,
+    one after the other), on `backend` "local" or "ray" (RAY_ADDRESS), the seeds of an arm stacked into one
+    model when `batched` (explorer.batched). `progress(Progress)` is called as each claim starts and each of its
+    runs ends, with time estimates. fast=None reads EXPLORER_FAST=1 from the environment. An id that is no
+    claim (of `paper`) is a SpecError listing the valid ones."""
+    from explorer.papers.base import execution
+
     if fast is None:
         fast = os.environ.get("EXPLORER_FAST") == "1"
     chosen = claims(paper)
@@ -256,13 +292,94 @@ def run_claims(paper: str | None = None, fast: bool | None = None, ids: list[str
             raise SpecError("--id", f"no claim {', '.join(map(repr, unknown))}"
                                     f"{' of ' + paper if paper else ''}; valid ids: {', '.join(valid)}")
         chosen = [c for c in chosen if c.id in ids]
+    clock = _Clock(chosen, fast, progress)
     rows = []
-    for c in chosen:
-        row = c.run(fast, scale=scale, device=device)
-        rows.append(row)
-        if callback is not None:
-            callback(row)
+    with execution(jobs=jobs, backend=backend, batched=batched, progress=clock.runs):
+        for index, c in enumerate(chosen):
+            clock.start(index)
+            row = c.run(fast, scale=scale, device=device)
+            clock.finish(row["seconds"])
+            rows.append(row)
+            if callback is not None:
+                callback(row)
     return rows
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a claims run stands: claim `index` (0-based) of `total` (`key` "paper/id"), `runs_done` of its
+    `runs_total` runs (0 of 0 until its first batch of runs is known), seconds `elapsed` in all, and the
+    estimated seconds left for this claim and for the whole run (None until there is a basis)."""
+
+    key: str
+    index: int
+    total: int
+    runs_done: int
+    runs_total: int
+    elapsed: float
+    claim_left: float | None
+    total_left: float | None
+
+    def text(self) -> str:
+        """One line: "claim 3 of 21 (tau/fig1-trainability): run 4 of 18, ~1 min 20 s left (all: ~14 min)"."""
+        runs = f": run {self.runs_done} of {self.runs_total}" if self.runs_total else ""
+        left = f", ~{duration(self.claim_left)} left" if self.claim_left is not None else ""
+        overall = f" (all: ~{duration(self.total_left)} left)" if self.total_left is not None else ""
+        return f"claim {self.index + 1} of {self.total} ({self.key}){runs}{left}{overall}"
+
+
+def duration(seconds: float) -> str:
+    """"45 s", "3 min 20 s", "1 h 05 min"."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+class _Clock:
+    """Time estimates for a claims run. A claim's expected seconds are its recorded full-mode seconds (fast mode:
+    a tenth of them), scaled by how the claims done so far compared with theirs; inside a claim, its runs done so
+    far extrapolate to the rest."""
+
+    def __init__(self, chosen: list[Claim], fast: bool, report: Callable[[Progress], None] | None):
+        stored = {f"{r['paper']}/{r['id']}": r.get("seconds") for r in _stored_results()["rows"]}
+        known = [v for v in stored.values() if v]
+        fallback = statistics.median(known) if known else 60.0
+        self.keys = [f"{c.paper}/{c.id}" for c in chosen]
+        self.expected = [(stored.get(k) or fallback) * (0.1 if fast else 1.0) for k in self.keys]
+        self.report = report
+        self.began = time.perf_counter()
+        self.index, self.claim_began = 0, self.began
+        self.spent, self.planned = 0.0, 0.0  # seconds taken by the finished claims, and what they were expected
+
+    def _factor(self) -> float:
+        return self.spent / self.planned if self.planned > 0 else 1.0
+
+    def start(self, index: int) -> None:
+        self.index, self.claim_began = index, time.perf_counter()
+        self._emit(0, 0)
+
+    def runs(self, done: int, total: int) -> None:
+        self._emit(done, total)
+
+    def finish(self, seconds: float) -> None:
+        self.spent += seconds
+        self.planned += self.expected[self.index]
+
+    def _emit(self, done: int, total: int) -> None:
+        if self.report is None:
+            return
+        now = time.perf_counter()
+        in_claim = now - self.claim_began
+        if total and done:
+            claim_left = in_claim * (total - done) / done
+        else:
+            claim_left = max(self.expected[self.index] * self._factor() - in_claim, 0.0)
+        rest = sum(self.expected[self.index + 1:]) * self._factor()
+        self.report(Progress(self.keys[self.index], self.index, len(self.keys), done, total, now - self.began,
+                             claim_left, claim_left + rest))
 
 
 def recorded(paper: str | None = None) -> dict[str, Any]:
@@ -276,7 +393,8 @@ def recorded(paper: str | None = None) -> dict[str, Any]:
     for c in claims(paper):
         row = by_key.get(f"{c.paper}/{c.id}")
         if row is not None:
-            rows.append({**row, "stale": row.get("fingerprint") != c.fingerprint})
+            rows.append({**row, "summary": row.get("summary") or summary_of(row.get("per_seed") or {}),
+                         "stale": row.get("fingerprint") != c.fingerprint})
     return {"about": dict(stored["about"]), "rows": rows}
 
 
@@ -284,6 +402,27 @@ def recorded(paper: str | None = None) -> dict[str, Any]:
 def _stored_results() -> dict[str, Any]:
     """RECORDED, read once per process (callers get copies of its rows and never change them)."""
     return json.loads(RECORDED.read_text()) if RECORDED.exists() else {"about": {}, "rows": []}
+
+
+def summary_of(per_seed: dict[str, list]) -> str:
+    """A one-line summary of per-seed numbers: each quantity's mean over seeds (its range when the seeds differ),
+    e.g. "val accuracy skip: 0.92 (0.89-0.93); val accuracy skipless: 0.08 (0.08-0.09)". Lists and flags are
+    counted or left out; the line is cut at about 300 characters."""
+    parts = []
+    for name, values in per_seed.items():
+        numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        flags = [v for v in values if isinstance(v, bool)]
+        if numbers and len(numbers) == len(values):
+            mean = statistics.fmean(numbers)
+            low, high = min(numbers), max(numbers)
+            spread = f" ({low:.3g} to {high:.3g})" if len(numbers) > 1 and f"{low:.3g}" != f"{high:.3g}" else ""
+            parts.append(f"{name}: {mean:.3g}{spread}")
+        elif flags and len(flags) == len(values):
+            parts.append(f"{name}: {sum(flags)} of {len(flags)}")
+        elif any(v is None for v in values) and numbers:
+            parts.append(f"{name}: {', '.join('-' if v is None else f'{v:.3g}' for v in values if not isinstance(v, list))}")
+    text = "; ".join(parts)
+    return text if len(text) <= 300 else text[:297].rsplit(";", 1)[0] + "; ..."
 
 
 def per_seed_text(per_seed: dict[str, list]) -> str:
@@ -310,6 +449,7 @@ def table(rows: list[dict]) -> str:
             continue
         lines.append(f"    source:    {r['source']}")
         lines.append(f"    set-up:    {r['setup']}")
+        lines.append(f"    measured:  {r.get('summary') or summary_of(r['per_seed'])}")
         lines.append(f"    per seed:  {per_seed_text(r['per_seed'])}")
         lines.append(f"    rule:      {r['rule']}")
         lines.append(f"    threshold: {r['threshold']}")
