@@ -10,9 +10,11 @@ import json
 import os
 import sqlite3
 import sys
+import time
 from pathlib import Path
 
 from explorer.catalog import KINDS
+from explorer.papers.claims import PAPERS
 from explorer.registry import SpecError
 from explorer.runs import StoreError, damaged_database, home
 from explorer.spec import ExperimentSpec, registry
@@ -51,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--json", action="store_true", help="print the list of trial summaries as JSON")
 
     claims = sub.add_parser("claims", help="check the papers' claims on real runs and print the table")
-    claims.add_argument("--paper", choices=("ancre", "dca", "idinit", "tau", "skipless"), help="one paper only")
+    claims.add_argument("--paper", choices=PAPERS, help="one paper only")
     claims.add_argument("--fast", action="store_true",
                         help="one seed and small runs (as in CI; also EXPLORER_FAST=1): decides only large effects")
     claims.add_argument("--id", dest="ids", action="append", metavar="ID", help="only this claim (repeatable)")
@@ -64,6 +66,17 @@ def _parser() -> argparse.ArgumentParser:
     claims.add_argument("--recorded", action="store_true",
                         help="run nothing: show the full-mode results recorded with the package (3 seeds), with "
                              "when and where they were recorded")
+    claims.add_argument("--jobs", type=int, default=None,
+                        help="a claim's seeds and arms train as this many parallel jobs of one thread each "
+                             "(default: one per core; 1: one after the other in this process)")
+    claims.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="local worker processes, or Ray tasks (the cluster at RAY_ADDRESS, else a local Ray)")
+    claims.add_argument("--batched", action="store_true",
+                        help="train the seeds of each arm as one stacked model (explorer.batched; results match the "
+                             "separate runs to float32 rounding)")
+    claims.add_argument("--record", action="store_true",
+                        help="full mode only: write the rows into the package's recorded results "
+                             "(explorer/papers/claims_full.json), replacing those of the claims run")
 
     sub.add_parser("presets", help="list the presets")
     lister = sub.add_parser("list", help="list a registry's names")
@@ -302,7 +315,7 @@ def _sweep(args) -> int:
 
 def _claims(args) -> int:
     """`explorer claims`: run the claims and print the table (or JSON); exit 0 whatever the verdicts."""
-    from explorer.papers.claims import claims, recorded, run_claims, table
+    from explorer.papers.claims import claims, record, recorded, run_claims, table
 
     if args.recorded:
         stored = recorded(args.paper)
@@ -316,17 +329,42 @@ def _claims(args) -> int:
             print(table([{**r, "verdict": r["verdict"] + (" (STALE)" if r["stale"] else "")} for r in rows]))
         return 0
     fast = args.fast or os.environ.get("EXPLORER_FAST") == "1"
+    if args.record and (fast or args.scale != "cpu"):
+        raise SpecError("--record", "only full-mode CPU-scale results are recorded: drop --fast (and EXPLORER_FAST=1) "
+                                    "and --scale paper")
     total = len([c for c in claims(args.paper) if args.ids is None or c.id in args.ids])
+    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
+    if jobs < 1:
+        raise SpecError("--jobs", f"must be at least 1, got {jobs}")
     done = []
+    bar = _claims_bar(total)
 
     def show(row) -> None:
         done.append(row)
-        print(f"[{len(done)}/{total}] {row['paper']}/{row['id']} ({row['section']}): {row['verdict']}"
-              f" in {row['seconds']:.1f} s", file=sys.stderr, flush=True)
+        bar.write(f"[{len(done)}/{total}] {row['paper']}/{row['id']} ({row['section']}): {row['verdict']}"
+                  f" in {row['seconds']:.1f} s")
+        bar.update(1)
 
-    rows = run_claims(args.paper, fast=fast, ids=args.ids, callback=show, scale=args.scale, device=args.device)
+    def progress(state) -> None:
+        bar.set_postfix_str(state.text(), refresh=True)
+
+    started = time.time()
+    try:
+        rows = run_claims(args.paper, fast=fast, ids=args.ids, callback=show, scale=args.scale, device=args.device,
+                          jobs=jobs, backend=args.backend, batched=args.batched, progress=progress)
+    finally:
+        bar.close()
+    if args.record:
+        path = record(rows, started=started, jobs=jobs, backend=args.backend, batched=args.batched)
+        print(f"recorded {len(rows)} rows in {path}", file=sys.stderr)
     print(json.dumps(rows) if args.json else table(rows))
     return 0
+
+
+def _claims_bar(total: int):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, unit="claim", desc="claims", file=sys.stderr, dynamic_ncols=True)
 
 
 def _runs(args) -> int:

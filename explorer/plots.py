@@ -927,11 +927,13 @@ def show_in(out: Any, *items: Any) -> None:
 # --------------------------------------------------------------------------- claim verdicts
 
 #: verdict -> (colour, label). "inconclusive" has its own colour, never green: the check could not
-#: decide at this scale (too few seeds, seeds disagree), which is not a claim that holds.
+#: decide at this scale (too few seeds, seeds disagree), which is not a claim that holds; "not-tested": no set-up
+#: here tests the paper's statement itself.
 VERDICT_STYLES: dict[str, tuple[str, str]] = {
     "holds": ("#1a7f37", "holds"),
     "does-not-hold": ("#cf222e", "does not hold at this scale"),
     "inconclusive": ("#8250df", "inconclusive"),
+    "not-tested": ("#9a6700", "not tested at this scale"),
     "error": ("#6e7781", "error"),
 }
 
@@ -956,12 +958,13 @@ def _cell(value: Any) -> str:
 def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) -> str:
     """Claim results as one HTML table, the same in the notebooks and on the app's Papers page.
 
-    A row needs only "verdict"; it may have "id", "section", "measured" (name -> number), "per_seed"
+    A row needs only "verdict"; it may have "id", "section", "summary" (the one-line measured summary, shown first
+    under "measured"), "measured" (name -> number), "per_seed"
     (quantity -> one value per seed, as explorer.papers.claims gives it; or a list, one entry per seed),
     "rule", "threshold" and "reason" (how the verdict was decided and why), "expected", "setup", "note"
     and "seconds"; missing fields are left blank. Every text is HTML-escaped, so claim text such as
     "||W|| < 1" shows literally. Verdicts: holds (green), does-not-hold (red), inconclusive (violet,
-    never green), error (grey); an unknown verdict shows in grey as written.
+    never green), not-tested (ochre), error (grey); an unknown verdict shows in grey as written.
     """
     import html
 
@@ -970,7 +973,8 @@ def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) ->
     for row in rows:
         verdict = str(row.get("verdict", "error"))
         colour, label = VERDICT_STYLES.get(verdict, ("#6e7781", verdict))
-        measured = "<br>".join(f"<b>{html.escape(str(k))}</b>: {_cell(v)}" for k, v in (row.get("measured") or {}).items())
+        measured = "<br>".join(([html.escape(str(row["summary"]))] if row.get("summary") else []) +
+                               [f"<b>{html.escape(str(k))}</b>: {_cell(v)}" for k, v in (row.get("measured") or {}).items()])
         seeds = row.get("per_seed") or []
         if isinstance(seeds, Mapping):  # quantity -> [seed 0, seed 1, ...]
             per_seed = "<br>".join(f"<b>{html.escape(str(k))}</b>: " + ", ".join(_cell(v) for v in (values or []))

@@ -500,10 +500,11 @@ def test_verdict_table_shows_each_verdict_in_its_colour_and_escapes_text():
              "expected": "rate < 1 and ||W|| <= 2", "note": "fine", "seconds": 1.5},
             {"id": "b", "verdict": "inconclusive", "measured": {"gap": 0.01}, "per_seed": [0.02, -0.01, 0.01],
              "rule": "holds when every seed's gap > 0"},
-            {"id": "c", "verdict": "does-not-hold"},
+            {"id": "c", "verdict": "does-not-hold", "summary": "skip <b>0.93</b>, skipless 0.08 val acc"},
+            {"id": "d", "verdict": "not-tested"},
             {"verdict": "error", "note": "ValueError: x\nTraceback (most recent call last): ..."}]
     table = plots.verdict_table(rows)
-    assert table.count("<tr>") == 5  # a header and one row each, missing fields tolerated
+    assert table.count("<tr>") == 6  # a header and one row each, missing fields tolerated
     green = plots.VERDICT_STYLES["holds"][0]
     inconclusive = re.search(r"verdict-inconclusive' style='color:([^']+)'", table).group(1)
     assert inconclusive != green and inconclusive == plots.VERDICT_STYLES["inconclusive"][0]
@@ -512,6 +513,8 @@ def test_verdict_table_shows_each_verdict_in_its_colour_and_escapes_text():
     assert "||W|| &lt;= 2" in table and "<= 2" not in table  # text, not markup
     assert "Traceback" not in table
     assert "does not hold at this scale" in table
+    assert "skip &lt;b&gt;0.93&lt;/b&gt;, skipless 0.08 val acc" in table  # the one-line summary, as text
+    assert "verdict-not-tested' style='color:" + plots.VERDICT_STYLES["not-tested"][0] in table
 
 
 def test_loss_curves_smoothing_draws_the_ema_over_a_faint_raw_curve():

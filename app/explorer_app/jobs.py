@@ -60,6 +60,7 @@ class JobView:
     kind: str = "train"  # "train" or "claims"
     results: dict = field(default_factory=dict)  # a claims job: (paper, claim id) -> the claim's row
     current: str | None = None  # a claims job: the claim running now
+    detail: str = ""  # a claims job: where that claim stands ("run 2 of 6, ~40 s left (all: ~3 min left)")
 
     @property
     def active(self) -> bool:
@@ -100,6 +101,7 @@ class Job:
         self._run_id: str | None = None
         self._results: dict = {}
         self._current: str | None = None
+        self._detail = ""  # a claims job: where the current claim stands, with time estimates
         self._queue: JobQueue | None = None
         self._worker = None  # the worker process running it, while it runs
         self.worker_pid: int | None = None
@@ -197,7 +199,7 @@ class Job:
                 diverged_at=self._diverged_at, run_id=self._run_id,
                 error=self._error, queue_position=position, note=self._note, diverged_loss=self._diverged_loss,
                 history_from=since, history_length=len(self._history), kind=self.kind,
-                results=dict(self._results), current=self._current)
+                results=dict(self._results), current=self._current, detail=self._detail)
 
     # ---- the worker's events (the queue's thread for this job) ---------------------------------
     def _payload(self) -> dict:
@@ -246,7 +248,7 @@ class Job:
                 self._snapshot = (message[1], torch.load(io.BytesIO(message[2]), weights_only=True))
                 self._snapshot_ready.set()
             elif kind == "progress":
-                self._steps_done, self._current = message[1], message[3]
+                self._steps_done, self._current, self._detail = message[1], message[3], message[4]
             elif kind == "claim":
                 self._results[(message[1], message[2])] = message[3]
             elif kind == "error":

@@ -14,7 +14,7 @@ parent -> worker: ("job", payload) where payload is {"kind": "train", "spec": sp
     (train with n intra-op threads from the next logged step).
 worker -> parent: ("ready", pid) once; then per job ("threads", n) (and again when n changes), ("note", probe, why), ("run_id", id),
     ("log", {...}), ("paused",) after a Step, ("snapshot", step, state bytes), ("end", {...}),
-    ("progress", i, n, claim id), ("claim", paper, id, row), ("error", message), and last ("done",).
+    ("progress", i, n, claim id, where it stands), ("claim", paper, id, row), ("error", message), and last ("done",).
 
 A worker that dies (killed, out of memory) closes its end of the pipe: the job reading it ends as "error"
 with the exit code, and the pool starts a fresh worker in its place.
@@ -245,23 +245,39 @@ def _send_snapshot(run, controls: _Controls, send) -> None:
 
 
 def _claims(payload: dict, controls: _Controls, send) -> None:
-    """Run paper claims one after another, reporting each result as it comes (Stop: the rest are skipped).
-    The claims of one job share their runs (the papers' run cache); the job's end drops them, so the worker
-    keeps results only (the server keeps the rows), never whole runs from one job to the next."""
+    """Run paper claims one after another, reporting each result as it comes and, between them, where the
+    current claim stands with time estimates (Stop: the rest are skipped). The claims of one job share their runs
+    (the papers' run cache); the job's end drops them, so the worker keeps results only (the server keeps the
+    rows), never whole runs from one job to the next. The claim's runs train here, one after another: the
+    server's job limit (EXPLORER_MAX_JOBS) counts this worker as one job."""
     from explorer.papers import clear_cache
-    from explorer.papers.claims import claims
+    from explorer.papers.claims import CLAIMS, run_claims
 
-    todo = payload["claims"]
+    todo = [tuple(item) for item in payload["claims"]]
+    done = 0
+
+    def progress(state) -> None:
+        send(("progress", done + state.index, len(todo), state.key.split("/", 1)[1], state.where()))
+
+    def result(row) -> None:
+        send(("claim", row["paper"], row["id"], row))
+
     try:
-        for i, (paper, claim_id) in enumerate(todo):
-            if controls.stop.is_set():
-                break
-            send(("progress", i, len(todo), claim_id))
-            claim = next((c for c in claims(paper) if c.id == claim_id), None)
-            if claim is None:
-                raise ValueError(f"no claim {paper}/{claim_id}")
-            send(("claim", paper, claim_id, claim.run(bool(payload.get("fast", True)))))
-        send(("progress", len(todo), len(todo), None))
+        while done < len(todo) and not controls.stop.is_set():
+            paper = todo[done][0]
+            if f"{paper}/{todo[done][1]}" not in CLAIMS:
+                send(("progress", done, len(todo), todo[done][1], ""))
+                raise ValueError(f"no claim {paper}/{todo[done][1]}")
+            ids = []  # the next claims of the same paper, in order, up to an unknown one
+            for p, claim_id in todo[done:]:
+                if p != paper or f"{p}/{claim_id}" not in CLAIMS:
+                    break
+                ids.append(claim_id)
+            run_claims(paper, fast=bool(payload.get("fast", True)), ids=ids, callback=result, progress=progress,
+                       stop=controls.stop)
+            done += len(ids)
+        if not controls.stop.is_set():
+            send(("progress", len(todo), len(todo), None, ""))
     finally:
         clear_cache()
 

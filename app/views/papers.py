@@ -161,6 +161,7 @@ VERDICTS = {  # a claim's verdict -> (badge colour, icon, label); the labels are
     "holds": ("green", ":material/check_circle:", plots.VERDICT_STYLES["holds"][1]),
     "does-not-hold": ("red", ":material/cancel:", plots.VERDICT_STYLES["does-not-hold"][1]),
     "inconclusive": ("violet", ":material/help:", plots.VERDICT_STYLES["inconclusive"][1]),
+    "not-tested": ("orange", ":material/science:", plots.VERDICT_STYLES["not-tested"][1]),
     "error": ("gray", ":material/error:", plots.VERDICT_STYLES["error"][1]),
 }
 
@@ -267,7 +268,8 @@ def job_progress(view, fast: bool, queue) -> tuple[float, str]:
     if view.steps_done >= view.total_steps:  # the last claim reported; the job is ending
         return 1.0, f"{view.total_steps} of {view.total_steps} claims done ({mode} mode)"
     return (view.steps_done / max(view.total_steps, 1),
-            f"Claim {view.steps_done + 1} of {view.total_steps} ({mode} mode): {view.current or 'starting'}")
+            f"Claim {view.steps_done + 1} of {view.total_steps} ({mode} mode): {view.current or 'starting'}"
+            f"{view.detail}")
 
 
 def claims_stamp(view) -> str:

@@ -272,13 +272,14 @@ def claims(paper: str | None = None) -> list[Claim]:
 def run_claims(paper: str | None = None, fast: bool | None = None, ids: list[str] | None = None,
                callback: Callable[[dict], None] | None = None, scale: str = "cpu", device: str = "cpu",
                jobs: int = 1, backend: str = "local", batched: bool = False,
-               progress: Callable[[Progress], None] | None = None) -> list[dict[str, Any]]:
+               progress: Callable[[Progress], None] | None = None, stop=None) -> list[dict[str, Any]]:
     """Run the claims (of one paper, or only `ids`) and return their rows; `callback(row)` after each.
 
     A claim's seeds and arms train as independent jobs: `jobs` worker processes of one thread each (1: here,
     one after the other), on `backend` "local" or "ray" (RAY_ADDRESS), the seeds of an arm stacked into one
     model when `batched` (explorer.batched). `progress(Progress)` is called as each claim starts and each of its
-    runs ends, with time estimates. fast=None reads EXPLORER_FAST=1 from the environment. An id that is no
+    runs ends, with time estimates; a set `stop` (threading.Event) skips the claims not started. fast=None reads
+    EXPLORER_FAST=1 from the environment. An id that is no
     claim (of `paper`) is a SpecError listing the valid ones."""
     from explorer.papers.base import execution
 
@@ -296,6 +297,8 @@ def run_claims(paper: str | None = None, fast: bool | None = None, ids: list[str
     rows = []
     with execution(jobs=jobs, backend=backend, batched=batched, progress=clock.runs):
         for index, c in enumerate(chosen):
+            if stop is not None and stop.is_set():
+                break
             clock.start(index)
             row = c.run(fast, scale=scale, device=device)
             clock.finish(row["seconds"])
@@ -321,11 +324,16 @@ class Progress:
     total_left: float | None
 
     def text(self) -> str:
-        """One line: "claim 3 of 21 (tau/fig1-trainability): run 4 of 18, ~1 min 20 s left (all: ~14 min)"."""
-        runs = f": run {self.runs_done} of {self.runs_total}" if self.runs_total else ""
-        left = f", ~{duration(self.claim_left)} left" if self.claim_left is not None else ""
+        """One line: "claim 3 of 21 (tau/fig1-trainability): run 4 of 18, ~1 min 20 s left (all: ~14 min left)"."""
+        return f"claim {self.index + 1} of {self.total} ({self.key}){self.where()}"
+
+    def where(self) -> str:
+        """The runs and the time left: ": run 4 of 18, ~1 min 20 s left (all: ~14 min left)" (empty with neither)."""
+        runs = f" run {self.runs_done} of {self.runs_total}," if self.runs_total else ""
+        left = f" ~{duration(self.claim_left)} left" if self.claim_left is not None else ""
         overall = f" (all: ~{duration(self.total_left)} left)" if self.total_left is not None else ""
-        return f"claim {self.index + 1} of {self.total} ({self.key}){runs}{left}{overall}"
+        text = (runs + left + overall).rstrip(",")
+        return f":{text}" if text else ""
 
 
 def duration(seconds: float) -> str:
@@ -396,6 +404,47 @@ def recorded(paper: str | None = None) -> dict[str, Any]:
             rows.append({**row, "summary": row.get("summary") or summary_of(row.get("per_seed") or {}),
                          "stale": row.get("fingerprint") != c.fingerprint})
     return {"about": dict(stored["about"]), "rows": rows}
+
+
+def record(rows: list[dict], started: float, jobs: int, backend: str, batched: bool, path: Path | None = None) -> Path:
+    """Write full-mode `rows` into the recorded results (`path`, default RECORDED), replacing the rows of the same
+    claims and keeping the others; "about" says when, on which commit and machine, how (jobs, backend) and how long
+    the run took. Rows of fast mode or of the paper scale are refused: the file holds full-mode CPU-scale evidence."""
+    import platform
+    import subprocess
+
+    import torch
+
+    for row in rows:
+        if not row["mode"].startswith("full mode") or not row["mode"].endswith("cpu scale"):
+            raise SpecError("--record", f"{row['paper']}/{row['id']} ran in {row['mode']}: only full-mode CPU-scale "
+                                        "rows are recorded")
+    path = path or RECORDED
+    stored = json.loads(path.read_text()) if path.exists() else {"about": {}, "rows": []}
+    new = {f"{r['paper']}/{r['id']}": r for r in rows}
+    kept = {f"{r['paper']}/{r['id']}": r for r in stored["rows"] if f"{r['paper']}/{r['id']}" not in new}
+    order = [f"{c.paper}/{c.id}" for c in claims()]
+    merged = [{k: v for k, v in (new.get(key) or kept[key]).items() if k != "stale"}
+              for key in order if key in new or key in kept]
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).parent, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    about = {"date": time.strftime("%Y-%m-%d"), "commit": commit or "unknown",
+             "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or platform.system()}",
+             "command": f"explorer claims --record --jobs {jobs} --backend {backend}" + (" --batched" if batched else "")
+             + f" ({len(rows)} claims; full mode)",
+             "wall_seconds": round(time.time() - started, 1), "load_average_at_end": load,
+             "torch": torch.__version__}
+    if kept:
+        about["earlier"] = {k: v for k, v in stored["about"].items() if k != "earlier"}
+        about["note"] = (f"{len(kept)} rows were recorded earlier (their claims did not run this time; see "
+                         "'earlier')")
+    path.write_text(json.dumps({"about": about, "rows": merged}, indent=1) + "\n")
+    _stored_results.cache_clear()
+    return path
 
 
 @functools.cache
