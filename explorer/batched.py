@@ -28,7 +28,7 @@ from explorer.optim import build_optimizer, is_full_batch
 from explorer.registry import SpecError
 from explorer.spec import SECTIONS, ExperimentSpec
 from explorer.topology import Chain
-from explorer.train import Event, Run, StopTraining, _Batches, build, evaluate, flush_denormals, loss_function
+from explorer.train import Event, Run, StopTraining, _Batches, build, flush_denormals, log_step, loss_function
 
 # Fields every member must share: they set tensor shapes, the data, or the step/log cadence.
 SHARED_FIELDS = ("train.steps", "train.batch_size", "train.log_every", "train.device")
@@ -198,19 +198,9 @@ def train_batched(
 
     def log(i: int, step: int, notify: bool = True) -> bool:
         """Member i's log at `step`, as the trainer writes it; False when it has diverged by then."""
-        run, factor = runs[i], specs[i].train.diverge_factor
-        window = losses[i, checked[i]:step + 1].cpu()
-        first = float(losses[i, 0])
-        bad = ~torch.isfinite(window) | (window > factor * max(first, 1e-12))
-        if bool(bad.any()):
-            run.diverged_at = checked[i] + int(bad.nonzero()[0])
-            run.status = "diverged"
+        run = runs[i]
+        row = log_step(run, losses[i], checked[i], step, specs[i].train.diverge_factor, start)
         checked[i] = step + 1
-        row = {"step": step, "loss": float(losses[i, step]), "time": time.perf_counter() - start}
-        if run.status != "diverged":
-            row.update(evaluate(run.model, run.data, "val"))
-        run.history.append(row)
-        run.steps_done = step
         run.wall_time = time.perf_counter() - start
         if notify:
             emit("log", i, step, row)

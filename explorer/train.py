@@ -198,6 +198,27 @@ class _LiveProbes:
                 for name, options in self.probes.items()}
 
 
+def log_step(run: Run, losses: torch.Tensor, checked: int, step: int, diverge_factor: float, start: float) -> dict:
+    """Write step `step` into `run` (the one logging path of `train` and `explorer.batched`): the losses of
+    steps `checked`..`step` (read from the device buffer `losses` only here) are checked for divergence (not
+    finite, or above `diverge_factor` x the first loss), which pins the run's status, `diverged_at` and
+    `diverged_loss` to the exact step; the row (step, loss, seconds since `start`, and the validation metrics
+    while the run is sane) is appended to its history and returned."""
+    window = losses[checked:step + 1].cpu()
+    first = float(losses[0])
+    bad = ~torch.isfinite(window) | (window > diverge_factor * max(first, 1e-12))
+    if bool(bad.any()) and run.status != "diverged":
+        run.diverged_at = checked + int(bad.nonzero()[0])
+        run.diverged_loss = float(losses[run.diverged_at])
+        run.status = "diverged"
+    row = {"step": step, "loss": float(losses[step]), "time": time.perf_counter() - start}
+    if run.status != "diverged":
+        row.update(evaluate(run.model, run.data, "val"))
+    run.history.append(row)
+    run.steps_done = step
+    return row
+
+
 def train(
     spec: ExperimentSpec,
     callbacks: Iterable[Callable[[Event], Any]] | None = None,
@@ -249,19 +270,8 @@ def train(
     def log(step: int, notify: bool = True) -> bool:
         """Record step `step`; return False when the run has diverged by then."""
         nonlocal checked
-        window = losses[checked:step + 1].cpu()
-        first = float(losses[0])
-        bad = ~torch.isfinite(window) | (window > cfg.diverge_factor * max(first, 1e-12))
-        if bool(bad.any()):
-            run.diverged_at = checked + int(bad.nonzero()[0])
-            run.diverged_loss = float(losses[run.diverged_at])
-            run.status = "diverged"
+        row = log_step(run, losses, checked, step, cfg.diverge_factor, start)
         checked = step + 1
-        row = {"step": step, "loss": float(losses[step]), "time": time.perf_counter() - start}
-        if run.status != "diverged":
-            row.update(evaluate(model, data, "val"))
-        run.history.append(row)
-        run.steps_done = step
         probed = {}
         if live is not None and run.status != "diverged" and live.due(step, step == cfg.steps):
             probed = live.run(model, step)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -27,6 +29,9 @@ def assert_matches_separate(specs):
         alone = explorer.train(spec)
         assert run.spec == spec
         assert (run.status, run.diverged_at, run.steps_done) == (alone.status, alone.diverged_at, alone.steps_done)
+        assert (run.diverged_loss is None) == (alone.diverged_loss is None)  # the plots mark a divergence from it
+        if alone.diverged_loss is not None and math.isfinite(alone.diverged_loss):
+            assert run.diverged_loss == pytest.approx(alone.diverged_loss, rel=LOOSE)
         assert [row.keys() for row in run.history] == [row.keys() for row in alone.history]
         assert [row["step"] for row in run.history] == [row["step"] for row in alone.history]
         first_loss = alone.history[0]["loss"]
@@ -87,7 +92,7 @@ def test_diverging_member_marked_at_same_step_while_other_finishes():
     specs = [BASE.with_values({"optim.lr": 0.01}), BASE.with_values({"optim.lr": 50.0})]
     runs = assert_matches_separate(specs)
     assert runs[0].status == "finished" and runs[0].steps_done == 30
-    assert runs[1].status == "diverged" and runs[1].diverged_at is not None
+    assert runs[1].status == "diverged" and runs[1].diverged_at is not None and runs[1].diverged_loss is not None
     assert "val_loss" not in runs[1].history[-1]
 
 
