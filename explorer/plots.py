@@ -854,7 +854,6 @@ def export(fig: go.Figure, path: str | Path) -> Path:
 
 # --------------------------------------------------------------------------- notebooks
 
-PLOTLY_MIME = "application/vnd.plotly.v1+json"
 RENDERER = "explorer"  # the plotly renderer `notebook_mode()` registers and makes the default
 
 

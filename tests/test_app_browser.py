@@ -34,11 +34,16 @@ if MISSING and os.environ.get("CI") != "true":
                 allow_module_level=True)
 
 
+NEVER_ENDS = 5_000_000  # steps: hours of training on any machine, so a run stopped by the test is still training
+
+
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
     assert not MISSING, f"CI needs {' and '.join(MISSING)} for the browser test"
     root = tmp_path_factory.mktemp("app")
-    with browsing.serve(root / "home") as base, browsing.browser(root / "profile") as page:
+    # a run that must still be training after a window asks for more steps than any machine trains in minutes
+    with browsing.serve(root / "home", env={"EXPLORER_MAX_STEPS": str(NEVER_ENDS)}) as base, \
+            browsing.browser(root / "profile") as page:
         yield base, page, root / "home"
 
 
@@ -84,7 +89,7 @@ def test_the_live_charts_follow_the_run_without_rerunning_the_page(app):
     the run's state changes. A chart remounted at each redraw (st.plotly_chart gives a changed figure a new
     identity) made the page jump."""
     base, page, _ = app
-    spec = explorer.preset(browsing.PRESET).with_values({"train.steps": 3000, "train.log_every": 10})
+    spec = explorer.preset(browsing.PRESET).with_values({"train.steps": NEVER_ENDS, "train.log_every": 10})
     polls, reruns = [], []
     page.on("request", lambda request: polls.append(request.url) if "/live/" in request.url else None)
     page.on("websocket", lambda socket: socket.on("framesent", lambda frame: reruns.append(frame)))
@@ -107,7 +112,7 @@ def test_the_live_charts_follow_the_run_without_rerunning_the_page(app):
     polled, sent = len(polls), len(reruns)  # before Reset's own message
     page.locator(".st-key-train-reset button").first.click()  # stop the run (Stop is disabled once it ends);
     # .first: a button with help text has a hidden copy that Streamlit measures its width with
-    assert still_training, "the run ended inside the window: make it longer"
+    assert still_training, "the run ended inside the window"
     assert len(contents["loss"]) >= 5, contents["loss"]  # it did redraw
     steps = [int(re.search(r"step (\d+) of", text).group(1)) for text in texts]
     assert len(set(steps)) >= 5 and steps == sorted(steps), texts  # the progress bar moved, never back

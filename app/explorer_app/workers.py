@@ -616,10 +616,6 @@ class WorkerPool:
         with self._cond:
             return [w.pid for w in [*self._idle, *self._busy] if w.alive]
 
-    def busy_pids(self) -> list[int]:
-        with self._cond:
-            return [w.pid for w in self._busy if w.alive]
-
     def close(self) -> None:
         with self._cond:
             self._closed = True
