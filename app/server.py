@@ -53,12 +53,13 @@ def start_first_worker():
     """Start one training worker in the background; its pool (None when the server's limits are
     misconfigured: every page then says what is wrong). The other workers start after the first page that
     trains (streamlit_app.py)."""
-    from explorer_app.limits import LimitError, limits
+    from explorer.settings import SettingError
+    from explorer_app.limits import limits
     from explorer_app.workers import shared_pool
 
     try:
         max_jobs = limits().max_jobs
-    except LimitError:
+    except SettingError:
         return None
     pool = shared_pool(max_jobs)
     pool.warm(count=1)

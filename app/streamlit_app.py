@@ -18,8 +18,9 @@ import torch  # noqa: F401
 
 import explorer  # noqa: F401
 import explorer.papers  # noqa: F401  (the presets and claims the pages list)
+from explorer.settings import SettingError
 from explorer_app import messages, state
-from explorer_app.limits import LimitError, limits, restrict_data_reads
+from explorer_app.limits import limits, restrict_data_reads
 
 TRAINING_PAGES = ("", "compare", "papers")  # Train (served at /), Compare and Papers submit jobs; Theory, Inside never
 WARM_DELAY_S = 1.5  # the worker processes import torch: on 2 cores, let the browser draw the page first
@@ -40,7 +41,7 @@ page = st.navigation(pages)
 restrict_data_reads()  # before any page can validate a spec that names a file
 try:
     limits()  # a mistyped EXPLORER_MAX_* variable is a message on every page, not a traceback
-except LimitError as error:
+except SettingError as error:
     st.error(f"This server is misconfigured: {error}", icon=":material/settings:")
     st.stop()
 try:

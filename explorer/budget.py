@@ -18,10 +18,10 @@ for Transformers).
 from __future__ import annotations
 
 import math
-import os
 from typing import NamedTuple
 
 from explorer.registry import SpecError
+from explorer.settings import whole_number
 
 DEFAULT_MAX_DATA_MB = 512
 DEFAULT_MAX_MODEL_MB = 2048
@@ -43,16 +43,8 @@ def caps() -> Caps:
 
 
 def _positive(variable: str, default: int) -> int:
-    text = os.environ.get(variable, "").strip()
-    if not text:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise SpecError(variable, f"{text!r} is not a positive number of megabytes; set it to e.g. {default} or unset it")
-    return value
+    return whole_number(variable, default, "megabytes one run's " + ("data" if "DATA" in variable else "model")
+                        + " may take")
 
 
 # ---- estimates ---------------------------------------------------------------------------------------

@@ -9,12 +9,13 @@ modules' parameters and buffers, and the containers and dataclasses around them.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
+
+from explorer.settings import whole_number
 
 _MISSING = object()
 
@@ -76,14 +77,10 @@ class LRUCache:
 
 
 def megabytes_from_env(variable: str, default_mb: int) -> Callable[[], int]:
-    """A limit read from `variable` (megabytes) each time; the default when unset or not a number."""
-
+    """A limit in bytes read from `variable` (megabytes, 0 or more; 0 keeps nothing) each time; the default when
+    unset; a SettingError naming the variable when it is not a whole number."""
     def limit() -> int:
-        text = os.environ.get(variable, "").strip()
-        try:
-            return max(int(text), 0) * 1_000_000 if text else default_mb * 1_000_000
-        except ValueError:
-            return default_mb * 1_000_000
+        return whole_number(variable, default_mb, "megabytes this cache may hold", low=0) * 1_000_000
 
     return limit
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 import explorer
+from explorer.settings import SettingError
 from explorer.nn.models import parameter_count
 from explorer_app import jobs, limits
 
@@ -209,7 +210,7 @@ def test_limits_come_from_the_environment(monkeypatch):
     assert f"this model has {parameter_count(SPEC):,} parameters" in refused.value.message
     assert "EXPLORER_MAX_PARAMS" in refused.value.message
     monkeypatch.setenv("EXPLORER_MAX_JOBS", "zero")
-    with pytest.raises(limits.LimitError, match="EXPLORER_MAX_JOBS='zero' is not valid.*positive integer"):
+    with pytest.raises(SettingError, match="EXPLORER_MAX_JOBS: 'zero' is not valid.*positive whole number"):
         limits.limits()
 
 

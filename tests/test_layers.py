@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
 
 # Layers, bottom-up (README "The house"); a module may import its own layer or lower ones.
 LAYERS = (
-    ("explorer.registry", "explorer.spec", "explorer.catalog", "explorer.version", "explorer.cache",
+    ("explorer.registry", "explorer.spec", "explorer.catalog", "explorer.version", "explorer.cache", "explorer.settings",
      "explorer.parallel"),
     ("explorer.data", "explorer.nn", "explorer.topology", "explorer.init", "explorer.init_schemes", "explorer.optim",
      "explorer.combinations", "explorer.budget"),

@@ -20,11 +20,10 @@ from explorer import budget
 from explorer.data.files import restrict_reads
 from explorer.nn.models import parameter_count
 from explorer.registry import SpecError
+from explorer.settings import SettingError, whole_number
 from explorer.runs import home
 
 
-class LimitError(ValueError):
-    """An environment variable that sets a limit holds something that is not a positive integer."""
 
 
 VARIABLES = {
@@ -53,20 +52,7 @@ class Limits:
 
 def limits() -> Limits:
     """The limits in force now: each variable's value, or its default when unset."""
-    values = {}
-    for variable, (field, default, meaning) in VARIABLES.items():
-        text = os.environ.get(variable, "").strip()
-        if not text:
-            values[field] = default
-            continue
-        try:
-            number = int(text)
-        except ValueError:
-            number = 0
-        if number < 1:
-            raise LimitError(f"{variable}={text!r} is not valid: it sets the {meaning}; "
-                             f"set it to a positive integer (default {default}) or unset it")
-        values[field] = number
+    values = {field: whole_number(variable, default, meaning) for variable, (field, default, meaning) in VARIABLES.items()}
     return Limits(**values)
 
 

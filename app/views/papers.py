@@ -34,7 +34,7 @@ from explorer import plots
 from explorer.papers.claims import Claim, claims, recorded
 from explorer_app import figures, live_feed, state
 from explorer_app.messages import escape, failure
-from explorer_app.limits import LimitError
+from explorer.settings import SettingError
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def start_claims(to_run: list[Claim], fast: bool) -> None:
     label = f"claims {missing[0].paper}: {len(missing)} ({mode} mode)"
     try:
         job = state.submit_claims([(c.paper, c.id) for c in missing], fast, label)
-    except (state.SessionLimit, LimitError) as refused:
+    except (state.SessionLimit, SettingError) as refused:
         st.session_state["papers-message"] = f"Not started: {escape(refused)}"
         return
     st.session_state["papers-job"] = {"job": job, "fast": fast, "cached": len(to_run) - len(missing),

@@ -1,0 +1,33 @@
+"""The one reader of the numbers set by environment variables (caps, cache sizes, server limits).
+
+A variable that is unset or blank gives its default; anything else must be a whole number in range, or
+the reader raises a SettingError that names the variable, what it sets, and the fix. Read at each use, so
+a server, the CLI and a notebook follow a change without restarting.
+"""
+
+from __future__ import annotations
+
+import os
+
+from explorer.registry import SpecError
+
+
+class SettingError(SpecError):
+    """An environment variable holds a value that is not a whole number in its range (its field is the variable)."""
+
+
+def whole_number(variable: str, default: int, meaning: str, low: int = 1) -> int:
+    """The value of `variable` (a whole number >= `low`), or `default` when it is unset or blank."""
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < low:
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        kind = "a positive whole number" if low == 1 else f"a whole number of at least {low}"
+        raise SettingError(variable, f"{shown!r} is not valid: it sets the {meaning}; set it to {kind} "
+                                     f"(default {default}) or unset it")
+    return value
