@@ -96,31 +96,38 @@ PRESETS.update({
 
 import math  # noqa: E402
 
-from explorer.papers.base import cached, preset
-from explorer.papers.claims import Verdict, claim, combine, decide, decide_all  # noqa: E402
+from explorer.papers.base import preset, train_all
+from explorer.papers.claims import Decision, Verdict, claim, combine, decide, decide_all  # noqa: E402
 
 _FLOAT_FLOOR = 1e-9   # float32 losses bottom out near 1e-12..1e-13 here; nothing below 1e-9 is read as a rate
 
 
-def train_cached(name: str, **overrides):
-    """train(preset(name) with overrides), cached per (name, overrides); the tiny linear nets run on one
-    thread (thread start-up costs dominate their 8-wide matmuls). The notebook calls this too."""
+def preset_spec(name: str, overrides: dict | None = None):
+    """preset(name) with `overrides` (dotted paths)."""
+    return preset(name).with_values(overrides) if overrides else preset(name)
+
+
+def train_presets(requests, callbacks=()) -> list:
+    """The runs of [(preset name, overrides dict), ...], trained together: explorer.papers.base.train_all (cached
+    per spec, the missing ones as parallel jobs of the current execution). Here in this process, the tiny linear
+    nets run on one thread (thread start-up costs dominate their 8-wide matmuls). The claims train through this
+    one function (the tests' stand-in runs replace it)."""
     import torch
 
-    from explorer.train import train
+    specs = [preset_spec(name, overrides) for name, overrides in requests]
+    threads = torch.get_num_threads()
+    small = all(spec.to_dict()["model"]["name"] == "linear" for spec in specs)
+    if small:
+        torch.set_num_threads(1)
+    try:
+        return train_all(specs, callbacks)
+    finally:
+        torch.set_num_threads(threads)
 
-    def make():
-        spec = preset(name).with_values(overrides) if overrides else preset(name)
-        threads = torch.get_num_threads()
-        small = spec.to_dict()["model"]["name"] == "linear"
-        if small:
-            torch.set_num_threads(1)
-        try:
-            return train(spec)
-        finally:
-            torch.set_num_threads(threads)
 
-    return cached(("ancre", name, tuple(sorted(overrides.items()))), make)
+def train_cached(name: str, **overrides):
+    """train(preset(name) with overrides), cached per spec (see train_presets). The notebook calls this."""
+    return train_presets([(name, overrides)])[0]
 
 
 def _curve(run) -> tuple[list[int], list[float]]:
@@ -158,8 +165,16 @@ def decade_growth(run, first: float = 1e-3, decades: int = 1) -> float | None:
     return max(t2 - t1, 1) / max(t1 - t0, 1)
 
 
+def _lnn_arms(names, steps: int, seeds, **extra) -> dict[str, list]:
+    """{name: [run per seed]} for every preset name, all trained in one train_presets call (parallel jobs)."""
+    names = list(dict.fromkeys(names))
+    requests = [(name, {"train.steps": steps, "train.seed": s, **extra}) for name in names for s in seeds]
+    runs = iter(train_presets(requests))
+    return {name: [next(runs) for _ in seeds] for name in names}
+
+
 def _lnn_seeds(name: str, steps: int, seeds, **extra) -> list:
-    return [train_cached(name, **{"train.steps": steps, "train.seed": s, **extra}) for s in seeds]
+    return _lnn_arms([name], steps, seeds, **extra)[name]
 
 
 _LNN_SETUP = ("d = 8 whitened regression (64 samples) with a rank-4 target, linear layers of width 8 from N(0, 0.05^2), "
@@ -174,7 +189,8 @@ _LNN_SETUP = ("d = 8 whitened regression (64 samples) with a rank-4 target, line
        "the same as the CPU scale (the paper's case study is a small linear network); seconds on any CPU", paper_spec=True)
 def _depth_slows(mode, depths=(2, 3, 4), threshold: float = 1e-3) -> Verdict:
     steps = 1000 if mode.fast else 2000
-    reach = {k: [steps_to(r, threshold) for r in _lnn_seeds(f"ancre-fig2a-K{k}", steps, mode.seeds)] for k in depths}
+    runs = _lnn_arms([f"ancre-fig2a-K{k}" for k in depths], steps, mode.seeds)
+    reach = {k: [steps_to(r, threshold) for r in runs[f"ancre-fig2a-K{k}"]] for k in depths}
     parts = {}
     for a, b in zip(depths, depths[1:]):
         # log2 of steps(K=b) / steps(K=a); "never" counts as the budget (a lower bound for the deeper net)
@@ -202,8 +218,8 @@ def _depth_slows(mode, depths=(2, 3, 4), threshold: float = 1e-3) -> Verdict:
        "the same as the CPU scale (a 3-layer linear network); seconds on any CPU", paper_spec=True)
 def _shortcut_02(mode, slow: str = "0:1", fast_arm: str = "0:2") -> Verdict:
     steps = 1000 if mode.fast else 2000
-    growth = {s: [decade_growth(r) for r in _lnn_seeds(f"ancre-fig2b-{s}", steps, mode.seeds, **{"train.log_every": 1})]
-              for s in (slow, fast_arm)}
+    runs = _lnn_arms([f"ancre-fig2b-{s}" for s in (slow, fast_arm)], steps, mode.seeds, **{"train.log_every": 1})
+    growth = {s: [decade_growth(r) for r in runs[f"ancre-fig2b-{s}"]] for s in (slow, fast_arm)}
     too_short = any(g is None for g in growth[slow] + growth[fast_arm])
     diffs = [math.log10((gs or 1.0) / (gf or 1.0)) for gs, gf in zip(growth[slow], growth[fast_arm])]
     gap = decide(diffs, fast_margin=0.5, what=f"log10(decade growth {slow} / decade growth {fast_arm})",
@@ -219,40 +235,60 @@ def _shortcut_02(mode, slow: str = "0:1", fast_arm: str = "0:2") -> Verdict:
                    "init, not the theorems' diagonal construction; GD, not gradient flow")
 
 
+# ancre-finds-fast-rate judges both temperatures: the paper states 0.1 as its default "in practice" (Eq. 8) and does
+# not give the case study's; 1.0 is ours (LNN_TEMPERATURE). The claim counts as reproduced only where both hold.
+FAST_RATE_TEMPERATURES = (LNN_TEMPERATURE, 0.1)
+
+
+def _with_temperature(name: str, temperature: float) -> dict:
+    """{"topology.temperature": temperature} for an ANCRe preset, {} for any other (a fixed topology has none)."""
+    return {"topology.temperature": temperature} if preset(name).to_dict()["topology"]["name"] == "ancre" else {}
+
+
 @claim("ancre", "ancre-finds-fast-rate", "Sec. 4.1, Figures 2b/2c",
        "ANCRe, without being told the topology, converges at the fast (linear) rate of the best single shortcut: "
        "0:2 on the 3-layer and 0:3 on the 4-layer linear network.",
        "Sec. 4.1: \"ANCRe learns a data-driven connectivity, and hence achieves a linear convergence rate on par "
-       "with the optimal case; cf. Figure 2b and 2c.\"",
+       "with the optimal case; cf. Figure 2b and 2c.\" Sec. 4, Eq. 8: the temperature has \"a default value of 0.1 "
+       "in practice\" (the case study's is not given)",
        "the same as the CPU scale (3- and 4-layer linear networks); seconds on any CPU", paper_spec=True)
-def _ancre_fast_rate(mode, pairs=((3, "ancre-fig2b-0:2", "ancre-fig2b-ancre"), (4, "ancre-fig2c-0:3", "ancre-fig2c-ancre"))
-                     ) -> Verdict:
+def _ancre_fast_rate(mode, pairs=((3, "ancre-fig2b-0:2", "ancre-fig2b-ancre"), (4, "ancre-fig2c-0:3", "ancre-fig2c-ancre")),
+                     temperatures=FAST_RATE_TEMPERATURES) -> Verdict:
     steps = 500 if mode.fast else 2000
-    per_seed, parts = {}, {}
-    for k, best, ancre_name in pairs:
-        a = _lnn_seeds(ancre_name, steps, mode.seeds, **{"train.log_every": 1})
-        b = _lnn_seeds(best, steps, mode.seeds, **{"train.log_every": 1})
-        ta = [steps_to(r, 1e-6) for r in a]
-        tb = [steps_to(r, 1e-6) for r in b]
-        ga = [decade_growth(r) for r in a]
-        tag = best.split("-")[-1]
-        per_seed[f"K={k} steps to 1e-6, ANCRe"], per_seed[f"K={k} steps to 1e-6, {tag}"] = ta, tb
-        per_seed[f"K={k} decade growth, ANCRe"] = ga
-        parts[f"K={k}"] = decide_all(
-            [x is not None and y is not None and x <= 10 * y and g is not None and g <= 2.0 for x, y, g in zip(ta, tb, ga)],
-            f"ANCRe reaches loss 1e-6 within 10x the steps of {tag} AND its decade growth is <= 2 (linear rate)")
+    extra = {"train.steps": steps, "train.log_every": 1}
+    requests = [(best, {**extra, "train.seed": s}) for _, best, _ in pairs for s in mode.seeds]
+    requests += [(name, {**extra, "train.seed": s, **_with_temperature(name, t)})
+                 for t in temperatures for _, _, name in pairs for s in mode.seeds]
+    runs = iter(train_presets(requests))  # every arm, temperature and seed at once (parallel jobs)
+    best_runs = {k: [next(runs) for _ in mode.seeds] for k, _, _ in pairs}
+    per_seed, parts, summary = {}, {}, []
+    for k, best, _ in pairs:
+        per_seed[f"K={k} steps to 1e-6, {best.split('-')[-1]}"] = [steps_to(r, 1e-6) for r in best_runs[k]]
+    for t in temperatures:
+        for k, best, _ in pairs:
+            a = [next(runs) for _ in mode.seeds]
+            ta = [steps_to(r, 1e-6) for r in a]
+            tb = per_seed[f"K={k} steps to 1e-6, {best.split('-')[-1]}"]
+            ga = [decade_growth(r) for r in a]
+            tag = best.split("-")[-1]
+            per_seed[f"T={t:g} K={k} steps to 1e-6, ANCRe"] = ta
+            per_seed[f"T={t:g} K={k} decade growth, ANCRe"] = ga
+            passed = [x is not None and y is not None and x <= 10 * y and g is not None and g <= 2.0
+                      for x, y, g in zip(ta, tb, ga)]
+            parts[f"temperature {t:g}, K={k}"] = decide_all(
+                passed, f"ANCRe reaches loss 1e-6 within 10x the steps of {tag} AND its decade growth is <= 2 (linear rate)")
+            summary.append(f"T={t:g} K={k}: fast on {sum(passed)} of {len(passed)} seeds (steps to 1e-6 "
+                           f"{', '.join('never' if x is None else str(x) for x in ta)}; {tag} "
+                           f"{', '.join('never' if y is None else str(y) for y in tb)})")
     return Verdict(combine(parts), per_seed,
                    "10x the best shortcut's steps and decade growth <= 2 (ours: 'on par' and 'linear' in the paper's "
-                   "words; see shortcut-02-exponential for the decade growth)",
-                   f"{_LNN_SETUP}; ANCRe ingoing with the preset's temperature; seeds {list(mode.seeds)}, {steps} steps. "
-                   "Pending the ANCRe faithfulness fixes (issue 14): rerun after them")
-
-
-def _upward(losses, floor: float = _FLOAT_FLOOR, noise: float = 0.01) -> float:
-    """Sum of the increases of log10(loss) between consecutive logged steps, counting only increases larger
-    than `noise` decades between losses above the float `floor` (float32 jitter near 1e-13 is not a step up)."""
-    logs = [math.log10(l) if l > floor else None for l in losses]
-    return sum(b - a for a, b in zip(logs, logs[1:]) if a is not None and b is not None and b - a > noise)
+                   "words; see shortcut-02-exponential for the decade growth), at each temperature",
+                   f"{_LNN_SETUP}; ANCRe ingoing at temperatures {', '.join(f'{t:g}' for t in temperatures)}, both judged: "
+                   "0.1 is the paper's stated default (Eq. 8), 1.0 the case-study presets' (ours: under plain GD a "
+                   "coefficient's step scales with 1/temperature^2, and at 0.1 the coefficients commit before the weights "
+                   "have grown); the claim holds only if ANCRe finds the fast rate at both. Seeds "
+                   f"{list(mode.seeds)}, {steps} steps",
+                   summary="; ".join(summary))
 
 
 def uniform_start_callback(event) -> None:
@@ -269,63 +305,117 @@ def uniform_start_callback(event) -> None:
             topology.logits[:j, j] = topology.temperature * math.log(1.0 / j)
 
 
-# The normalisation ablation runs at the paper's stated default temperature (Sec. 4, after Eq. 8), not at the
-# case study's 1.0: at 1.0 the un-normalised coefficients barely move in 300 GD steps, so nothing can blow up.
+# The normalisation ablation's "none" arm runs on the Figure 2c linear net at the paper's stated default temperature
+# (Sec. 4, after Eq. 8), not at the case study's 1.0: at 1.0 the un-normalised coefficients barely move in 300 GD steps,
+# so nothing can blow up.
 NORM_TEMPERATURE = 0.1
 
 
-def _norm_run(depth: int, norm: str, steps: int, seed: int):
-    """ANCRe on the Figure 2c linear net at `depth` with `norm`; none starts at p_ij = 1/j (cached)."""
-    from explorer.train import train
-
-    spec = preset("ancre-fig2c-ancre").with_values({"model.depth": depth, "topology.normalization": norm,
+def _norm_spec(depth: int, norm: str, steps: int, seed: int):
+    return preset("ancre-fig2c-ancre").with_values({"model.depth": depth, "topology.normalization": norm,
                                                     "topology.temperature": NORM_TEMPERATURE,
                                                     "train.steps": steps, "train.seed": seed})
-    return cached(("ancre", "norm", depth, norm, steps, seed),
-                  lambda: train(spec, callbacks=[uniform_start_callback] if norm == "none" else None))
+
+
+def _norm_runs(depth: int, norm: str, steps: int, seeds) -> list:
+    """ANCRe on the Figure 2c linear net at `depth` with `norm`, one run per seed (train_all: cached, parallel);
+    none starts at p_ij = 1/j (uniform_start_callback)."""
+    return train_all([_norm_spec(depth, norm, steps, s) for s in seeds],
+                     callbacks=[uniform_start_callback] if norm == "none" else ())
+
+
+def _norm_run(depth: int, norm: str, steps: int, seed: int):
+    return _norm_runs(depth, norm, steps, [seed])[0]
+
+
+def _gpt_overrides(mode) -> dict:
+    """The GPT claims' training length (the same in gpt-block-ancre and normalization-needed, so that their ingoing
+    ANCRe runs are one and the same cached run)."""
+    return {"train.steps": 40, "train.log_every": 20} if mode.fast else {"train.steps": 400}
+
+
+def _rises(run) -> float:
+    """Sum of the increases of the logged training loss (nats) between consecutive logged steps."""
+    losses = _curve(run)[1]
+    return float(sum(b - a for a, b in zip(losses, losses[1:]) if b > a))
+
+
+def _val_loss(run) -> float:
+    value = run.history[-1].get("val_loss") if run.history else None
+    return math.inf if value is None or not math.isfinite(value) else float(value)
 
 
 @claim("ancre", "normalization-needed", "Sec. 5.4, Table 4",
        "Without normalisation ANCRe's coefficients grow unbounded and training diverges; ingoing normalisation "
-       "trains with smaller fluctuations and lower than outgoing.",
+       "reaches a lower loss than outgoing (and, the paper observes, with smaller fluctuations of the training loss).",
        "Sec. 5.4: \"From Table 4, omitting normalization leads to divergence, since the coefficients can grow "
        "unbounded. It is further observed that ingoing normalization yields smaller fluctuations in the training "
-       "loss and consequently achieves lower perplexity than outgoing normalization.\" (LLaMA-130M/350M)",
+       "loss and consequently achieves lower perplexity than outgoing normalization.\" Table 4 (LLaMA-130M / 350M "
+       "perplexity): none diverge / diverge, outgoing 25.03 / 18.63, ingoing 24.48 / 18.32",
        "not provided: Table 4 is LLaMA-130M/350M pre-training on C4 (tens of GPU-hours each); the CPU check uses "
-       "linear networks instead")
-def _normalization(mode, better: str = "ingoing", worse: str = "outgoing") -> Verdict:
+       "the Table 2 character GPT for ingoing vs outgoing and a linear network for the unnormalised arm")
+def _normalization(mode, better: str = "ingoing", worse: str = "outgoing", better_overrides=None,
+                   worse_overrides=None) -> Verdict:
     import numpy as np
 
-    depth, steps = 8, 300 if mode.fast else 600
-    per_seed = {f"{n}: {q}": [] for n in ("none",) for q in ("diverged", "max p_ij")}
-    final, upward = {better: [], worse: []}, {better: [], worse: []}
-    for seed in mode.seeds:
-        none = _norm_run(depth, "none", steps, seed)
+    # no normalisation: on the linear net, where the coefficients' growth shows within seconds
+    depth, lnn_steps = 8, 300 if mode.fast else 600
+    per_seed = {"none (linear net): diverged": [], "none (linear net): max p_ij": []}
+    for none in _norm_runs(depth, "none", lnn_steps, mode.seeds):
         p = none.model.stack.topology.coefficients().own
-        per_seed["none: diverged"].append(none.status == "diverged")
-        per_seed["none: max p_ij"].append(float(np.abs(p).max()) if np.isfinite(p).all() else None)
-        for norm in (better, worse):
-            run = _norm_run(depth, norm, steps, seed)
-            losses = _curve(run)[1]
-            final[norm].append(losses[-1] if run.status != "diverged" else math.inf)
-            upward[norm].append(_upward(losses))
-    per_seed.update({f"final loss {n}": v for n, v in final.items()})
-    per_seed.update({f"upward fluctuation {n}": v for n, v in upward.items()})
-    blew = decide_all([d or (m is None) or m >= 10 for d, m in zip(per_seed["none: diverged"], per_seed["none: max p_ij"])],
+        per_seed["none (linear net): diverged"].append(none.status == "diverged")
+        per_seed["none (linear net): max p_ij"].append(float(np.abs(p).max()) if np.isfinite(p).all() else None)
+    blew = decide_all([d or (m is None) or m >= 10 for d, m in zip(per_seed["none (linear net): diverged"],
+                                                                   per_seed["none (linear net): max p_ij"])],
                       "normalization none diverges or some p_ij >= 10")
-    # losses are clamped at the float floor: two runs that both reach it are a tie, not a difference
-    floor = any(b <= _FLOAT_FLOOR and w <= _FLOAT_FLOOR for b, w in zip(final[better], final[worse]))
-    lower = decide([math.log10(max(w, _FLOAT_FLOOR) / max(b, _FLOAT_FLOOR)) for b, w in zip(final[better], final[worse])],
-                   fast_margin=0.5, what=f"log10(final loss {worse} / {better}), clamped at {_FLOAT_FLOOR:g}",
-                   floors={f"both final losses under the float floor {_FLOAT_FLOOR:g}": floor})
-    return Verdict(combine({"none blows up": blew, f"{better} lower than {worse}": lower}), per_seed,
-                   "p_ij >= 10 (ours: ten times the largest value a normalised coefficient can take); fast-mode margin: "
-                   "a factor 10^0.5 in loss. Upward fluctuation (sum of rises of log10 loss over 0.01 decade, above "
-                   f"the float floor {_FLOAT_FLOOR:g}) is reported, not judged",
-                   f"ANCRe on the {depth}-layer linear net of Figure 2c ({_LNN_SETUP}), {steps} steps, seeds "
-                   f"{list(mode.seeds)}, temperature {NORM_TEMPERATURE} (the paper's stated default; the case study's presets use "
-                   "1.0); normalization none starts at p_ij = 1/j (the softmax's uniform start) rather "
-                   "than exp(0) = 1; the paper's ablation is on LLaMA-130M/350M")
+    # ingoing vs outgoing: the Table 2 GPT (block-level ANCRe, temperature 0.01), both arms and every seed at once
+    gpt = _gpt_overrides(mode)
+    arms = ((better, better_overrides), (worse, worse_overrides))
+    runs = iter(train_presets([("ancre-table2-ancre", {"topology.normalization": norm, **gpt, "train.seed": s,
+                                                       **(extra or {})})
+                               for s in mode.seeds for norm, extra in arms]))
+    # labels of the two arms (a control may name the same arm twice)
+    labels = (better, worse if worse != better else f"{worse} (second arm)")
+    val, rises = {label: [] for label in labels}, {label: [] for label in labels}
+    for _ in mode.seeds:
+        for label in labels:
+            run = next(runs)
+            val[label].append(_val_loss(run))
+            rises[label].append(_rises(run))
+    worse_key = labels[1]
+    per_seed.update({f"GPT val loss {label}": val[label] for label in labels})
+    per_seed.update({f"GPT training-loss rises {label}": rises[label] for label in labels})
+    lower = decide([w - b for b, w in zip(val[better], val[worse_key])], fast_margin=0.1,
+                   what=f"GPT val loss {worse} - {better} (nats)")
+    calmer = decide([w - b for b, w in zip(rises[better], rises[worse_key])], fast_margin=0.05,
+                    what=f"sum of training-loss rises {worse} - {better} (nats)")
+    parts = {"none blows up (linear net)": blew, f"{better} lower than {worse} (GPT)": lower}
+    decision = combine(parts)
+    decision = Decision(decision.verdict, decision.rule,
+                        decision.reason + f"; [{better} with smaller fluctuations (GPT), reported, not judged] "
+                        f"{calmer.verdict}: {calmer.reason}"
+                        + ("" if calmer.verdict == "holds" else
+                           ": the paper's smaller fluctuations do not clearly show at this scale"))
+    gap = [w - b for b, w in zip(val[better], val[worse_key])]
+    summary = (f"none (linear net) diverges on {sum(per_seed['none (linear net): diverged'])} of {len(mode.seeds)} "
+               f"seeds; GPT val loss {worse} - {better}: {', '.join(f'{g:+.3f}' for g in gap)} nats (paper: "
+               f"0.017-0.022); training-loss rises {better} {', '.join(f'{r:.2f}' for r in rises[better])} vs "
+               f"{worse} {', '.join(f'{r:.2f}' for r in rises[worse_key])} ({calmer.verdict} for smaller fluctuations)")
+    return Verdict(decision, per_seed,
+                   "the sign of the paired val-loss difference and its noise (the paper's gap: ln(25.03 / 24.48) = 0.022 "
+                   "and ln(18.63 / 18.32) = 0.017 nats; no threshold beyond the sign, ours); p_ij >= 10 for the "
+                   "unnormalised arm (ours: ten times the largest value a normalised coefficient can take); fast-mode "
+                   "margin 0.1 nat (ours: five times the paper's gap; one 40-step seed cannot resolve 0.02). Fluctuations (sum of the rises of the logged training loss) are reported, "
+                   "not judged: Table 4 reports perplexity only",
+                   f"ingoing vs outgoing: the ancre-table2-ancre GPT (6 blocks, width 64, block-level ANCRe, temperature "
+                   f"0.01, AdamW 3e-3 cosine), {gpt['train.steps']} steps, seeds {list(mode.seeds)}; the ingoing runs are "
+                   "gpt-block-ancre's ANCRe runs (one cached run). No normalisation: ANCRe on the "
+                   f"{depth}-layer linear net of Figure 2c ({_LNN_SETUP}), {lnn_steps} steps, temperature "
+                   f"{NORM_TEMPERATURE} (the paper's stated default), starting at p_ij = 1/j (the softmax's uniform "
+                   "start) rather than exp(0) = 1; on the linear net the coefficients' growth shows in seconds, where a "
+                   "GPT arm would add minutes per seed. The paper's ablation is LLaMA-130M/350M on C4"
+                   + (". Fast mode: 40 GPT steps is a smoke test" if mode.fast else ""),
+                   summary=summary)
 
 
 def early_share(own, half: int | None = None) -> dict:
@@ -354,12 +444,13 @@ def early_share(own, half: int | None = None) -> dict:
        "--scale paper: LLaMA-60M on a large text corpus for ~1B tokens needs one A100/H100 for several hours; not "
        "provided as a spec here (no such corpus ships offline)")
 def _gpt(mode, arms=("ancre-table2-cascaded", "ancre-table2-ancre"), ancre_overrides=None) -> Verdict:
-    steps = 40 if mode.fast else 400
-    overrides = {"train.steps": steps, **({"train.log_every": 20} if mode.fast else {})}
+    overrides = _gpt_overrides(mode)
+    steps = overrides["train.steps"]
     val, share, uniform = {"cascaded": [], "ancre": []}, [], []
+    runs = iter(train_presets([(name, {**overrides, "train.seed": seed, **(extra or {})}) for seed in mode.seeds
+                               for name, extra in ((arms[0], None), (arms[1], ancre_overrides))]))
     for seed in mode.seeds:
-        cas = train_cached(arms[0], **overrides, **{"train.seed": seed})
-        anc = train_cached(arms[1], **overrides, **{"train.seed": seed}, **(ancre_overrides or {}))
+        cas, anc = next(runs), next(runs)
         val["cascaded"].append(cas.history[-1].get("val_loss"))
         val["ancre"].append(anc.history[-1].get("val_loss"))
         topology = anc.model.stack.topology

@@ -10,8 +10,12 @@ Presets (idinit-<figure/table>-<variant>) and five claims:
   gradient; IDIZ gives every such weight a gradient;
 * chi-at-init (App. Fig. 18): chi of the input-output Jacobian is about 1 with IDInit and far above 1
   with the default initialisation;
-* steps-to-accuracy (Table 1, "epochs to 80%"): IDInit reaches 80% validation accuracy in fewer steps
-  than Kaiming on a small ResNet.
+* steps-to-accuracy (Table 1, "epochs to 80%"): IDInit reaches a given validation accuracy in fewer
+  steps than Kaiming on a small ResNet (here ResNet-8 on 16x16 shapes, target 0.55, and the accuracy
+  reached within the budget).
+
+The claims that train ask for all their runs at once (train_all, or run_jobs for a run with a
+callback), so their seeds and arms train as independent jobs of the enclosing execution.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from __future__ import annotations
 import math
 
 from explorer.nn import roles
-from explorer.papers.base import preset
-from explorer.probes import probe
-from explorer.train import build, train
+from explorer.papers.base import preset, run_jobs, train_all
 from explorer.papers.claims import Verdict, claim, combine, decide, decide_all, seeded
+from explorer.probes import probe
+from explorer.spec import ExperimentSpec
+from explorer.train import build, train
 
 # --------------------------------------------------------------------------- presets
 
@@ -77,7 +82,20 @@ def _chi_spec(init: dict) -> dict:
 
 
 def _resnet_spec(init: dict) -> dict:
-    """Table 1 at CPU scale: ResNet-8 (batch norm) on 8x8 digit images, SGD with momentum 0.9."""
+    """Table 1 at CPU scale: ResNet-8 (batch norm) on the generated 16x16 shapes (5 classes, 5000 training images),
+    SGD with momentum 0.9 and a cosine schedule, 1000 steps of 128 (about 26 epochs)."""
+    return {
+        "data": {"name": "shapes", "size": 16, "n_train": 5000, "n_val": 500, "seed": 0},
+        "model": {"name": "resnet-cifar", "depth": 8, "width": 16},
+        "topology": {"name": "cascaded"},
+        "init": init,
+        "optim": {"name": "sgd", "lr": 0.05, "momentum": 0.9, "schedule": "cosine"},
+        "train": {"steps": 1000, "batch_size": 128, "log_every": 10, "seed": 0},
+    }
+
+
+def _digits_resnet_spec(init: dict) -> dict:
+    """Figure 5 at CPU scale (dead weights): ResNet-8 (batch norm) on 8x8 digit images, SGD with momentum 0.9."""
     return {
         "data": {"name": "digits-images", "size": 8},
         "model": {"name": "resnet-cifar", "depth": 8, "width": 16},
@@ -102,9 +120,9 @@ PRESETS = {
     "idinit-fig18-idinit": ("Figure 18: 16-block residual MLP with IDInit", _chi_spec({"name": "idinit"})),
     "idinit-fig18-default": ("Figure 18: the same with PyTorch's default initialisation",
                              _chi_spec({"name": "default"})),
-    "idinit-table1-idinit": ("Table 1: ResNet-8 on digit images with IDInit", _resnet_spec({"name": "idinit"})),
-    "idinit-table1-kaiming": ("Table 1: ResNet-8 on digit images with Kaiming (fan_in, normal)",
-                              _resnet_spec({"name": "kaiming"})),
+    "idinit-table1-idinit": ("Table 1: ResNet-8 on 16x16 shapes (5000 images) with IDInit, SGD momentum 0.9 cosine, "
+                             "1000 steps", _resnet_spec({"name": "idinit"})),
+    "idinit-table1-kaiming": ("Table 1: the same with Kaiming (fan_in, normal)", _resnet_spec({"name": "kaiming"})),
 }
 
 # --------------------------------------------------------------------------- helpers
@@ -140,14 +158,22 @@ def residual_rank(model, data, layer: str = "stack.blocks.0.inner.weight") -> in
     return int(result["residual_rank"][row])
 
 
-def rank_runs(steps: int, seed: int = 0, head: str = "zero") -> dict:
-    """Train the Figure 4b net with padded identity and with zero padding; the two runs. `head="zero"`: the
-    head starts at zero, the proof's partial identity (I 0) up to scale (the preset's Xavier head feeds
-    gradient to the padded rows, and the premise of Sec. 3.1.2 is gone)."""
-    spec = preset("idinit-fig4b-padded-identity").with_values(
+def rank_spec(steps: int, seed: int = 0, head: str = "zero"):
+    """The Figure 4b run: the preset with `steps`, `seed` and the head's init (the zero padding is a callback)."""
+    return preset("idinit-fig4b-padded-identity").with_values(
         {"train.steps": steps, "train.seed": seed, "init.overrides": f"head={head}"})
-    return {"padded identity": train(spec),
-            "zero padding": train(spec, callbacks=[zero_padding_callback])}
+
+
+def rank_runs(steps: int, seed: int = 0, head: str = "zero", seeds=None) -> dict:
+    """Train the Figure 4b net with padded identity and with zero padding; the two runs (with `seeds`: {arm: [run per
+    seed]}, all trained together with train_all). `head="zero"`: the head starts at zero, the proof's partial
+    identity (I 0) up to scale (the preset's Xavier head feeds gradient to the padded rows, and the premise of
+    Sec. 3.1.2 is gone)."""
+    chosen = [seed] if seeds is None else list(seeds)
+    specs = [rank_spec(steps, s, head) for s in chosen]
+    runs = {"padded identity": train_all(specs),
+            "zero padding": train_all(specs, callbacks=[zero_padding_callback])}
+    return {a: r[0] for a, r in runs.items()} if seeds is None else runs
 
 
 def layer_spread(model) -> float:
@@ -158,12 +184,13 @@ def layer_spread(model) -> float:
 
 
 def symmetry_runs(steps: int) -> dict:
-    """Figure 10: GD, plain SGD and SGD with momentum from identity on y = -x."""
+    """Figure 10: GD, plain SGD and SGD with momentum from identity on y = -x (trained together with train_all)."""
     gd = preset("idinit-fig10-gd").with_values({"train.steps": steps})
     sgdm = preset("idinit-fig10-sgd-momentum").with_values({"train.steps": steps})
     sgd = sgdm.with_values({"optim.momentum": 0.0})
-    return {name: train(spec.with_values({"data.sign": -1}))  # Figure 10's target -I: y = -x
-            for name, spec in (("GD", gd), ("SGD", sgd), ("SGD+momentum", sgdm))}
+    arms = {"GD": gd, "SGD": sgd, "SGD+momentum": sgdm}
+    runs = train_all([spec.with_values({"data.sign": -1}) for spec in arms.values()])  # Figure 10's target -I: y = -x
+    return dict(zip(arms, runs))
 
 
 def dead_counts(model, data, n: int = 256) -> dict:
@@ -202,11 +229,8 @@ def steps_to(run, threshold: float = ACCURACY) -> int | None:
        "the same as the CPU scale (the constraint is exact at any size); seconds on any CPU", paper_spec=True)
 def _rank_constraint(mode, arms=("zero padding", "padded identity"), head: str = "zero") -> Verdict:
     steps = 40 if mode.fast else 400
-    ranks = {a: [] for a in arms}
-    for seed in mode.seeds:
-        runs = rank_runs(steps, seed, head)
-        for a in arms:
-            ranks[a].append(residual_rank(runs[a].model, runs[a].data))
+    runs = rank_runs(steps, head=head, seeds=mode.seeds)  # every seed and arm at once
+    ranks = {a: [residual_rank(r.model, r.data) for r in runs[a]] for a in arms}
     decision = decide_all([lo <= D0 < hi for lo, hi in zip(ranks[arms[0]], ranks[arms[1]])],
                           f"rank(theta1 - I): {arms[0]} <= D0 = {D0} < {arms[1]}")
     return Verdict(decision, {f"rank(theta1 - I), {a}": v for a, v in ranks.items()},
@@ -222,7 +246,8 @@ def _rank_constraint(mode, arms=("zero padding", "padded identity"), head: str =
        "problem of Bartlett et al.), while SGD with momentum makes the layers differ.",
        "Sec. 3.1.1 / App. A.2, Fig. 10: GD from identity keeps the layers equal; \"SGD with momentum\" breaks the "
        "symmetry and converges",
-       "the same as the CPU scale (a 4-layer linear net of width 10, as in Figure 10); seconds on any CPU", paper_spec=True)
+       "the same as the CPU scale (a 4-layer linear net of width 10, as in Figure 10); seconds on any CPU", paper_spec=True,
+       deterministic=True)
 def _gd_vs_sgd(mode, arms=("GD", "SGD+momentum")) -> Verdict:
     steps = 100 if mode.fast else 400
     runs = symmetry_runs(steps)
@@ -248,18 +273,24 @@ def never_updated(run, initial: dict) -> dict:
     return {"never_updated": same, "total": total}
 
 
-def dead_run(eps: float, steps: int, seed: int, depth: int = 20):
-    """Figure 5 at CPU scale: ResNet-20 with zero-padded down-sampling on 8x8 digit images, IDInit with IDIZ_eps
-    branch ends, SGD; returns the share of branch-end weights never updated."""
-    spec = seeded(preset("idinit-table1-idinit").with_values(
-        {"model.depth": depth, "model.shortcut": "pad", "init.eps": eps, "train.steps": steps}), seed)
+def dead_spec(eps: float, steps: int, seed: int, depth: int = 20):
+    """Figure 5 at CPU scale: ResNet-`depth` with zero-padded down-sampling on 8x8 digit images, IDInit with IDIZ_eps
+    branch ends, SGD lr 0.05 momentum 0.9 cosine, batch 128."""
+    spec = ExperimentSpec.from_dict(_digits_resnet_spec({"name": "idinit"}))
+    return seeded(spec.with_values({"model.depth": depth, "model.shortcut": "pad", "init.eps": eps,
+                                    "train.steps": steps}), seed)
+
+
+def dead_run(eps: float, steps: int, seed: int, depth: int = 20) -> float:
+    """Train the Figure 5 run (dead_spec) and return the share of branch-end weights never updated. Module-level
+    (a job for run_jobs: its callback records the initial weights inside the job)."""
     initial = {}
 
     def remember(event):
         if event.kind == "start":
             initial.update({n: p.detach().cpu().clone() for n, p in event.run.model.named_parameters()})
 
-    run = train(spec, callbacks=[remember])
+    run = train(dead_spec(eps, steps, seed, depth), callbacks=[remember])
     counts = never_updated(run, initial)
     return counts["never_updated"] / counts["total"]
 
@@ -274,10 +305,9 @@ def dead_run(eps: float, steps: int, seed: int, depth: int = 20):
        "in EXPLORER_DATA_DIR; not provided as a spec here")
 def _idiz_dead(mode, eps_dead: float = 0.0, eps_alive: float = 1e-6) -> Verdict:
     depth, steps = (8, 30) if mode.fast else (20, 150)
-    dead = {eps_dead: [], eps_alive: []}
-    for seed in mode.seeds:
-        for eps in dead:
-            dead[eps].append(dead_run(eps, steps, seed, depth))
+    jobs = [(eps, steps, seed, depth) for eps in (eps_dead, eps_alive) for seed in mode.seeds]
+    shares = dict(zip([(eps, seed) for eps, _, seed, _ in jobs], run_jobs(dead_run, jobs)))  # every seed and arm at once
+    dead = {eps: [shares[(eps, seed)] for seed in mode.seeds] for eps in (eps_dead, eps_alive)}
     decision = decide([a - b for a, b in zip(dead[eps_dead], dead[eps_alive])], fast_margin=0.25, min_effect=0.25,
                       what=f"share never updated, eps = {eps_dead:g} minus eps = {eps_alive:g}")
     return Verdict(decision, {f"share of branch-end weights never updated, eps = {e:g}": v for e, v in dead.items()},
@@ -311,39 +341,84 @@ def _chi(mode, arms=("kaiming", "idinit")) -> Verdict:
                    "Kaiming (fan_in, normal) as the paper's 'Default' (PyTorch's default uniform init is milder)")
 
 
-def _accuracy_run(init: str, steps: int, seed: int, fast: bool, overrides=None):
-    spec = seeded(preset(f"idinit-table1-{init}").with_values({"train.steps": steps, "train.log_every": 5}), seed)
+ACCURACY_TARGET = 0.55  # ours: on 16x16 shapes both inits cross it mid-training (~300-400 of 1000 steps), not at the start
+_SHAPES_CHANCE = 0.2     # 5 balanced classes
+# fast mode, a smoke test of the check: a narrower ResNet-8 on 1000 images for 150 steps of 64 (~20 s for both arms);
+# at that size the arms barely leave chance, so it decides nothing
+ACCURACY_FAST = {"model.width": 8, "data.n_train": 1000, "data.n_val": 256, "train.steps": 150,
+                 "train.batch_size": 64}
+
+
+def accuracy_spec(init: str, seed: int, fast: bool, overrides=None):
+    """The Table 1 run of preset idinit-table1-`init` (fast: ACCURACY_FAST), with `overrides`."""
+    spec = seeded(preset(f"idinit-table1-{init}"), seed)
     if fast:
-        spec = spec.with_values({"model.width": 8})
-    return train(spec.with_values(overrides or {}))
-
-
-ACCURACY_TARGET = 0.95
+        spec = spec.with_values(ACCURACY_FAST)
+    return spec.with_values(overrides or {})
 
 
 @claim("idinit", "steps-to-accuracy", "Sec. 4.3, Table 1",
        "IDInit reaches a given accuracy in fewer steps than Kaiming initialisation on a ResNet.",
-       "Table 1 (CIFAR-10, ResNet-56/110, \"Epochs to 80% Acc.\"): IDInit needs fewer epochs than Kaiming; Sec. 4.3",
+       "Table 1 (CIFAR-10, ResNet-56/110, SGD): \"Epochs to 80% Acc.\" IDInit 26 / 27 vs Kaiming 34 / 33; final "
+       "accuracy IDInit 93.41 / 94.04 vs Kaiming 93.36 / 94.06; \"IDInit consistently facilitates rapid convergence\"",
        "--scale paper: ResNet-56 on CIFAR-10 for 200 epochs, 3 seeds per init, needs one GPU for ~3 hours and the "
-       "CIFAR files in EXPLORER_DATA_DIR; not provided as a spec here")
+       "CIFAR files in EXPLORER_DATA_DIR; not provided as a spec here", full_seeds=5)
 def _steps_to_accuracy(mode, arms=("kaiming", "idinit"), target: float = ACCURACY_TARGET, faster_overrides=None
                        ) -> Verdict:
-    steps = 60 if mode.fast else 300
-    found, final = {a: [] for a in arms}, {a: [] for a in arms}
-    for init in arms:
-        for seed in mode.seeds:
-            run = _accuracy_run(init, steps, seed, mode.fast, faster_overrides if init == arms[1] else None)
-            found[init].append(steps_to(run, target))
-            final[init].append(run.history[-1].get("val_accuracy"))
-    both_never = any(a is None and b is None for a, b in zip(found[arms[0]], found[arms[1]]))
-    diffs = [math.log2((a or steps) / (b or steps)) for a, b in zip(found[arms[0]], found[arms[1]])]
-    decision = decide(diffs, fast_margin=1.0, what=f"log2(steps to {target:g} {arms[0]} / {arms[1]})",
-                      floors={"neither init reaches the target (run too short)": both_never})
+    seeds = mode.seeds
+    keys = [(a, s) for a in dict.fromkeys(arms) for s in seeds]
+    specs = [accuracy_spec(a, s, mode.fast, faster_overrides if a == arms[1] and a != arms[0] else None)
+             for a, s in keys]
+    runs = dict(zip(keys, train_all(specs)))  # every seed and arm at once
+    steps = specs[0].train.steps
+    found = {a: [steps_to(runs[(a, s)], target) for s in seeds] for a in dict.fromkeys(arms)}
+    final = {a: [runs[(a, s)].history[-1].get("val_accuracy") for s in seeds] for a in dict.fromkeys(arms)}
+    slow, fast_arm = arms
+    floor = _SHAPES_CHANCE + 0.05
+    at_chance = {f"an arm at chance (final val accuracy <= {_SHAPES_CHANCE} + 0.05)":
+                 any(v is None or v <= floor for a in (slow, fast_arm) for v in final[a])}
+    never = any(a is None and b is None for a, b in zip(found[slow], found[fast_arm]))
+    parts = {
+        f"steps to {target:g}": decide(
+            [math.log2((a or steps) / (b or steps)) for a, b in zip(found[slow], found[fast_arm])], fast_margin=1.0,
+            what=f"log2(steps to {target:g} {slow} / {fast_arm}), never = the budget {steps}",
+            floors={**at_chance, f"neither init reaches {target:g} on a seed (run too short)": never}),
+        "accuracy within the budget": decide(
+            [(b or 0.0) - (a or 0.0) for a, b in zip(final[slow], final[fast_arm])], fast_margin=0.05,
+            what=f"final val accuracy {fast_arm} - {slow} after {steps} steps", floors=at_chance),
+    }
     per_seed = {f"steps to {target:g}, {a}": v for a, v in found.items()}
     per_seed.update({f"final val accuracy, {a}": v for a, v in final.items()})
-    return Verdict(decision, per_seed,
-                   f"validation accuracy {target:g} (ours: on 8x8 digits 80% comes within the first epoch for both "
-                   "inits, too early to separate them); never = the budget; fast-mode margin a factor 2",
-                   f"ResNet-8 (width {8 if mode.fast else 16}, BN) on 8x8 digit images, SGD lr 0.05 momentum 0.9 cosine, "
-                   f"batch 128, {steps} steps, accuracy read every 5 steps, seeds {list(mode.seeds)}. The paper: "
-                   "ResNet-56/110 on CIFAR-10, 200 epochs, 80%")
+
+    def mean(values):
+        numbers = [v for v in values if v is not None]
+        return sum(numbers) / len(numbers) if numbers else math.nan
+
+    def reached(values):
+        return f"{sum(v is not None for v in values)} of {len(values)}"
+
+    def when(values):
+        return "never" if all(v is None for v in values) else f"{mean(values):.0f}"
+
+    summary = (f"steps to {target:g}: {slow} {when(found[slow])} ({reached(found[slow])} seeds reach it) / {fast_arm} "
+               f"{when(found[fast_arm])} ({reached(found[fast_arm])}); final val accuracy {slow} "
+               f"{mean(final[slow]):.3f} / {fast_arm} {mean(final[fast_arm]):.3f} "
+               f"({'one seed, fast-mode smoke test' if mode.fast else f'means of {len(seeds)} seeds'}; chance "
+               f"{_SHAPES_CHANCE})")
+    size = ("fast mode, a smoke test: width 8, 1000 training / 256 validation images, 150 steps of 64" if mode.fast
+            else "width 16, 5000 training / 500 validation images, 1000 steps of 128 (about 26 epochs)")
+    return Verdict(combine(parts), per_seed,
+                   f"validation accuracy {target:g} (ours: the paper's 80% on CIFAR-10 is met mid-training; here the "
+                   f"inits end near 0.55-0.65, so {target:g} is crossed mid-run, not in the first epochs); the paper "
+                   "gives a factor 34/26 = 1.3 in epochs, so the rule takes the sign and the noise, no minimum; never = "
+                   "the budget (which understates a gap); fast-mode margins a factor 2 and 0.05 accuracy; chance "
+                   f"{_SHAPES_CHANCE} + 0.05 is the floor",
+                   f"ResNet-8 (BN, {size}) on the generated 16x16 shapes (5 classes), presets idinit-table1-{slow} and "
+                   f"idinit-table1-{fast_arm}, SGD lr 0.05 momentum 0.9 cosine, accuracy read every 10 steps on the "
+                   f"validation set, seeds {list(seeds)}; all runs train together (train_all). Two regimes: the steps "
+                   "to the target (the paper's 'epochs to 80%') and the accuracy reached within the budget (at 1000 "
+                   "steps these runs are still far from converged, unlike the paper's 200 epochs, where the two inits "
+                   "end level). The paper: ResNet-56/110 on CIFAR-10, 200 epochs, 80%",
+                   summary=summary,
+                   note="An earlier set-up (8x8 digits, target 0.95) was crossed at step 20-60 (2-5 epochs): it "
+                        "measured IDInit's slower start (2-3x more steps), not the mid-training speed Table 1 reports.")
