@@ -4,7 +4,7 @@ Each way runs the same claims from an empty run cache:
   sequential  one run after another in this process, one torch thread (the reference: how the rows were
               recorded before claims ran their runs as jobs);
   sequential-2t  the same with two torch threads (what a plain `for` loop over the runs gets from the cores);
-  parallel    the claim's seeds and arms as jobs on `--jobs` worker processes of one thread each;
+  parallel    the claim's seeds and arms as jobs on `--workers` processes of one thread each;
   batched     the same workers, the seeds of each arm stacked into one model (explorer.batched);
   ray         the parallel way on a local Ray (--ray; Ray's start-up is counted once, before the first claim).
 Figures: seconds per claim and in all, each way's ratio to sequential measured in the same run, and whether the
@@ -29,9 +29,9 @@ from explorer.papers import clear_cache
 from explorer.papers.claims import run_claims
 
 
-def run_way(name: str, paper: str | None, ids: list[str] | None, fast: bool, jobs: int) -> dict:
-    settings = {"sequential": dict(jobs=1), "sequential-2t": dict(jobs=1), "parallel": dict(jobs=jobs),
-                "batched": dict(jobs=jobs, batched=True), "ray": dict(jobs=jobs, backend="ray")}[name]
+def run_way(name: str, paper: str | None, ids: list[str] | None, fast: bool, workers: int) -> dict:
+    settings = {"sequential": dict(workers=1), "sequential-2t": dict(workers=1), "parallel": dict(workers=workers),
+                "batched": dict(workers=workers, batched=True), "ray": dict(workers=workers, backend="ray")}[name]
     threads = torch.get_num_threads()
     torch.set_num_threads(2 if name == "sequential-2t" else 1)
     clear_cache()
@@ -50,7 +50,7 @@ def main() -> None:
     parser.add_argument("--paper", help="one paper's claims (default: every claim)")
     parser.add_argument("--id", dest="ids", action="append", help="only this claim (repeatable; with --paper)")
     parser.add_argument("--fast", action="store_true", help="fast mode (one seed, small runs)")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="worker processes (default: the cores)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="worker processes (default: the cores)")
     parser.add_argument("--ways", default="sequential,sequential-2t,parallel,batched",
                         help="comma-separated ways to time, sequential first")
     parser.add_argument("--ray", action="store_true", help="also time a local Ray")
@@ -60,16 +60,16 @@ def main() -> None:
     if ways[0] != "sequential":
         parser.error("--ways must start with sequential (the reference)")
     print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the start; "
-          f"{'fast' if args.fast else 'full'} mode, {args.paper or 'every paper'}, {args.jobs} jobs")
+          f"{'fast' if args.fast else 'full'} mode, {args.paper or 'every paper'}, {args.workers} workers")
     if "ray" in ways:
         from explorer.parallel import connect_ray
 
         start = time.perf_counter()
-        connect_ray(args.jobs)
+        connect_ray(args.workers)
         print(f"ray: started in {time.perf_counter() - start:.1f} s (not counted below)")
     results = {}
     for way in ways:
-        results[way] = run_way(way, args.paper, args.ids, args.fast, args.jobs)
+        results[way] = run_way(way, args.paper, args.ids, args.fast, args.workers)
         print(f"{way:>14}: {results[way]['seconds']:8.1f} s", flush=True)
     reference = results["sequential"]
     keys = list(reference["claims"])
@@ -85,7 +85,7 @@ def main() -> None:
     print(f"{'all':42s}" + "".join(f"{results[w]['seconds']:7.1f} s {results[w]['seconds'] / reference['seconds']:4.2f}x"
                                     .rjust(16) for w in ways))
     print(f"load average {os.getloadavg()[0]:.2f} at the end")
-    write_json(args.json, {"jobs": args.jobs, "fast": args.fast, "paper": args.paper, "ways": results})
+    write_json(args.json, {"workers": args.workers, "fast": args.fast, "paper": args.paper, "ways": results})
 
 
 if __name__ == "__main__":

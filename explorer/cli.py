@@ -66,8 +66,8 @@ def _parser() -> argparse.ArgumentParser:
     claims.add_argument("--recorded", action="store_true",
                         help="run nothing: show the full-mode results recorded with the package (3 seeds), with "
                              "when and where they were recorded")
-    claims.add_argument("--jobs", type=int, default=None,
-                        help="a claim's seeds and arms train as this many parallel jobs of one thread each "
+    claims.add_argument("--workers", type=int, default=None,
+                        help="a claim's seeds and arms train as parallel jobs on this many processes of one thread each "
                              "(default: one per core; 1: one after the other in this process)")
     claims.add_argument("--backend", choices=("local", "ray"), default="local",
                         help="local worker processes, or Ray tasks (the cluster at RAY_ADDRESS, else a local Ray)")
@@ -333,9 +333,9 @@ def _claims(args) -> int:
         raise SpecError("--record", "only full-mode CPU-scale results are recorded: drop --fast (and EXPLORER_FAST=1) "
                                     "and --scale paper")
     total = len([c for c in claims(args.paper) if args.ids is None or c.id in args.ids])
-    jobs = args.jobs if args.jobs is not None else (os.cpu_count() or 1)
-    if jobs < 1:
-        raise SpecError("--jobs", f"must be at least 1, got {jobs}")
+    workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
+    if workers < 1:
+        raise SpecError("--workers", f"must be at least 1, got {workers}")
     done = []
     bar = _claims_bar(total)
 
@@ -351,11 +351,11 @@ def _claims(args) -> int:
     started = time.time()
     try:
         rows = run_claims(args.paper, fast=fast, ids=args.ids, callback=show, scale=args.scale, device=args.device,
-                          jobs=jobs, backend=args.backend, batched=args.batched, progress=progress)
+                          workers=workers, backend=args.backend, batched=args.batched, progress=progress)
     finally:
         bar.close()
     if args.record:
-        path = record(rows, started=started, jobs=jobs, backend=args.backend, batched=args.batched)
+        path = record(rows, started=started, workers=workers, backend=args.backend, batched=args.batched)
         print(f"recorded {len(rows)} rows in {path}", file=sys.stderr)
     print(json.dumps(rows) if args.json else table(rows))
     return 0

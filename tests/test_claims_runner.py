@@ -61,7 +61,7 @@ def one_thread():
 def test_runs_trained_in_worker_processes_equal_those_trained_here(one_thread):
     here = base.train_all(_specs())
     clear_cache()
-    with base.execution(jobs=2):
+    with base.execution(workers=2):
         there = base.train_all(_specs())
     for a, b in zip(here, there):
         assert a.status == b.status and a.steps_done == b.steps_done
@@ -94,7 +94,7 @@ def test_a_claim_gives_the_same_row_in_parallel_as_one_after_the_other(one_threa
     here = run_claims(**kwargs)
     clear_cache()
     states = []
-    there = run_claims(**kwargs, jobs=2, progress=states.append)
+    there = run_claims(**kwargs, workers=2, progress=states.append)
     for a, b in zip(here, there):
         assert (a["verdict"], a["per_seed"], a["reason"]) == (b["verdict"], b["per_seed"], b["reason"])
     assert [s.index for s in states if s.runs_done == 0] == [0, 1]  # each claim announced as it starts
@@ -127,17 +127,17 @@ def test_record_replaces_the_rows_it_ran_and_keeps_the_others(tmp_path):
     path = tmp_path / "claims.json"
     path.write_text(json.dumps({"about": {"date": "then"}, "rows": [_row("tau", "fig1-trainability", verdict="old"),
                                                                      _row("ancre", "depth-slows-plain-lnn")]}))
-    record([_row("tau", "fig1-trainability", verdict="new")], started=0.0, jobs=2, backend="local", batched=False,
+    record([_row("tau", "fig1-trainability", verdict="new")], started=0.0, workers=2, backend="local", batched=False,
            path=path)
     stored = json.loads(path.read_text())
     assert [(r["id"], r["verdict"]) for r in stored["rows"]] == [("depth-slows-plain-lnn", "holds"),
                                                                   ("fig1-trainability", "new")]  # the claims' order
-    assert stored["about"]["earlier"] == {"date": "then"} and "--jobs 2" in stored["about"]["command"]
+    assert stored["about"]["earlier"] == {"date": "then"} and "--workers 2" in stored["about"]["command"]
 
 
 def test_record_refuses_fast_mode_rows(tmp_path):
     with pytest.raises(SpecError) as error:
-        record([_row("tau", "fig1-trainability", mode="fast mode, 1 seed, cpu scale")], started=0.0, jobs=1,
+        record([_row("tau", "fig1-trainability", mode="fast mode, 1 seed, cpu scale")], started=0.0, workers=1,
                backend="local", batched=False, path=tmp_path / "claims.json")
     assert error.value.path == "--record" and not (tmp_path / "claims.json").exists()
 
@@ -178,7 +178,7 @@ def test_one_papers_claims_on_a_local_ray_give_the_rows_they_give_here(one_threa
     here = run_claims(RAY_PAPER, fast=True, ids=ids)
     clear_cache()
     try:
-        there = run_claims(RAY_PAPER, fast=True, ids=ids, jobs=2, backend="ray")
+        there = run_claims(RAY_PAPER, fast=True, ids=ids, workers=2, backend="ray")
     finally:
         ray.shutdown()
     assert [r["id"] for r in there] == ids

@@ -11,7 +11,7 @@ plain training run), so its seeds and arms can train side by side: in this proce
 default), in worker processes of one thread each, on Ray, or with the seeds of an arm stacked into one model
 (explorer.batched), as the enclosing `execution(...)` says:
 
-    with execution(jobs=2):                  # both cores, one run per core
+    with execution(workers=2):               # both cores, one run per core
         runs = train_all([seeded(spec, s) for s in (0, 1, 2)])
 """
 
@@ -86,22 +86,19 @@ _EXECUTION: contextvars.ContextVar[Execution] = contextvars.ContextVar("executio
 
 
 @contextlib.contextmanager
-def execution(jobs: int = 1, backend: str = "local", batched: bool = False,
+def execution(workers: int = 1, backend: str = "local", batched: bool = False,
               progress: Callable[[int, int], None] | None = None) -> Iterator[Execution]:
-    """Within the block, claims train their runs with `jobs` workers (processes of one torch thread each;
+    """Within the block, claims train their runs with `workers` processes of one torch thread each (
     1: in this process) on `backend` ("local" or "ray"), batched or not, reporting `progress(done, total)`."""
-    if backend == "local" and jobs == 1:
-        workers = None
-    else:
-        workers = Workers(jobs, backend, threads=1)
-    setting = Execution(workers, batched, progress)
+    pool = None if backend == "local" and workers == 1 else Workers(workers, backend, threads=1)
+    setting = Execution(pool, batched, progress)
     token = _EXECUTION.set(setting)
     try:
         yield setting
     finally:
         _EXECUTION.reset(token)
-        if workers is not None:
-            workers.close()
+        if pool is not None:
+            pool.close()
 
 
 def run_jobs(fn: Callable, items: Sequence[tuple]) -> list:

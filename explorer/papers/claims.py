@@ -271,11 +271,11 @@ def claims(paper: str | None = None) -> list[Claim]:
 
 def run_claims(paper: str | None = None, fast: bool | None = None, ids: list[str] | None = None,
                callback: Callable[[dict], None] | None = None, scale: str = "cpu", device: str = "cpu",
-               jobs: int = 1, backend: str = "local", batched: bool = False,
+               workers: int = 1, backend: str = "local", batched: bool = False,
                progress: Callable[[Progress], None] | None = None, stop=None) -> list[dict[str, Any]]:
     """Run the claims (of one paper, or only `ids`) and return their rows; `callback(row)` after each.
 
-    A claim's seeds and arms train as independent jobs: `jobs` worker processes of one thread each (1: here,
+    A claim's seeds and arms train as independent jobs: `workers` processes of one thread each (1: here,
     one after the other), on `backend` "local" or "ray" (RAY_ADDRESS), the seeds of an arm stacked into one
     model when `batched` (explorer.batched). `progress(Progress)` is called as each claim starts and each of its
     runs ends, with time estimates; a set `stop` (threading.Event) skips the claims not started. fast=None reads
@@ -295,7 +295,7 @@ def run_claims(paper: str | None = None, fast: bool | None = None, ids: list[str
         chosen = [c for c in chosen if c.id in ids]
     clock = _Clock(chosen, fast, progress)
     rows = []
-    with execution(jobs=jobs, backend=backend, batched=batched, progress=clock.runs):
+    with execution(workers=workers, backend=backend, batched=batched, progress=clock.runs):
         for index, c in enumerate(chosen):
             if stop is not None and stop.is_set():
                 break
@@ -406,9 +406,9 @@ def recorded(paper: str | None = None) -> dict[str, Any]:
     return {"about": dict(stored["about"]), "rows": rows}
 
 
-def record(rows: list[dict], started: float, jobs: int, backend: str, batched: bool, path: Path | None = None) -> Path:
+def record(rows: list[dict], started: float, workers: int, backend: str, batched: bool, path: Path | None = None) -> Path:
     """Write full-mode `rows` into the recorded results (`path`, default RECORDED), replacing the rows of the same
-    claims and keeping the others; "about" says when, on which commit and machine, how (jobs, backend) and how long
+    claims and keeping the others; "about" says when, on which commit and machine, how (workers, backend) and how long
     the run took. Rows of fast mode or of the paper scale are refused: the file holds full-mode CPU-scale evidence."""
     import platform
     import subprocess
@@ -434,7 +434,7 @@ def record(rows: list[dict], started: float, jobs: int, backend: str, batched: b
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     about = {"date": time.strftime("%Y-%m-%d"), "commit": commit or "unknown",
              "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or platform.system()}",
-             "command": f"explorer claims --record --jobs {jobs} --backend {backend}" + (" --batched" if batched else "")
+             "command": f"explorer claims --record --workers {workers} --backend {backend}" + (" --batched" if batched else "")
              + f" ({len(rows)} claims; full mode)",
              "wall_seconds": round(time.time() - started, 1), "load_average_at_end": load,
              "torch": torch.__version__}
