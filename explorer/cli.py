@@ -315,7 +315,7 @@ def _sweep(args) -> int:
 
 def _claims(args) -> int:
     """`explorer claims`: run the claims and print the table (or JSON); exit 0 whatever the verdicts."""
-    from explorer.papers.claims import claims, record, recorded, run_claims, table
+    from explorer.papers.claims import record, recorded, run_claims, select, table
 
     if args.recorded:
         stored = recorded(args.paper)
@@ -332,7 +332,7 @@ def _claims(args) -> int:
     if args.record and (fast or args.scale != "cpu"):
         raise SpecError("--record", "only full-mode CPU-scale results are recorded: drop --fast (and EXPLORER_FAST=1) "
                                     "and --scale paper")
-    total = len([c for c in claims(args.paper) if args.ids is None or c.id in args.ids])
+    total = len(select(args.paper, args.ids))  # an unknown id is refused before anything starts
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:
         raise SpecError("--workers", f"must be at least 1, got {workers}")

@@ -165,10 +165,10 @@ def test_the_compare_grid_follows_its_feed_without_rerunning_the_page(app):
     polled, messages = len(polls), len(sent)
     page.locator(".st-key-compare-stop button").first.click()  # (.first: a button with help has a hidden copy)
     page.wait_for_function(f"() => ({GRID_ROWS})().every(r => r[1] === 'stopped')", timeout=60_000)
-    for run in zip(*steps):  # each run's step, as the table showed it: it moved, never back
-        assert len(set(run)) >= 5 and list(run) == sorted(run), run
+    for run in zip(*steps):  # each run's step, as the table showed it: it moved, never back (how often it moved
+        assert len(set(run)) >= 3 and list(run) == sorted(run), run  # in 4 s is the machine's speed, not a property)
     assert elements == {0} and len(contents) >= 3, (elements, contents)  # redrawn, in one element
-    assert polled >= 10, polls
+    assert polled >= 4, polls  # it follows the feed (at least once a second, the slowest it polls), not reruns
     assert messages <= 1, f"{messages} messages to the server: the page reran while no run changed state"
     assert browsing.exceptions(page) == 0
 

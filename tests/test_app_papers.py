@@ -165,4 +165,4 @@ def test_a_misconfigured_server_is_a_message_not_a_crash(open_page, monkeypatch)
     paper, _ = FAST_CLAIM
     at = open_page("papers", query={"paper": TABS[paper]})
     assert not at.exception
-    assert "EXPLORER_MAX_JOBS='zero' is not valid" in at.error[0].value
+    assert "EXPLORER_MAX_JOBS: 'zero' is not valid" in at.error[0].value

@@ -187,7 +187,7 @@ def test_a_misconfigured_limit_is_a_message_not_a_traceback(open_page, monkeypat
     monkeypatch.setenv("EXPLORER_MAX_STEPS", "lots")
     at = open_page("train")
     assert not at.exception
-    assert "EXPLORER_MAX_STEPS='lots' is not valid" in plain(at.error[0].value)
+    assert "EXPLORER_MAX_STEPS: 'lots' is not valid" in plain(at.error[0].value)
 
 
 def test_app_starts_from_a_relative_script_path(tmp_path):

@@ -269,6 +269,20 @@ def claims(paper: str | None = None) -> list[Claim]:
     return [c for c in CLAIMS.values() if paper is None or c.paper == paper]
 
 
+def select(paper: str | None = None, ids: list[str] | None = None) -> list[Claim]:
+    """The claims of `paper` (or all), only `ids` when given, in registration order; an id that is no claim (of
+    `paper`) is a SpecError listing the valid ones."""
+    chosen = claims(paper)
+    if ids is None:
+        return chosen
+    valid = [c.id for c in chosen]
+    unknown = [i for i in ids if i not in valid]
+    if unknown:
+        raise SpecError("--id", f"no claim {', '.join(map(repr, unknown))}"
+                                f"{' of ' + paper if paper else ''}; valid ids: {', '.join(valid)}")
+    return [c for c in chosen if c.id in ids]
+
+
 def run_claims(paper: str | None = None, fast: bool | None = None, ids: list[str] | None = None,
                callback: Callable[[dict], None] | None = None, scale: str = "cpu", device: str = "cpu",
                workers: int = 1, backend: str = "local", batched: bool = False,
@@ -285,14 +299,7 @@ def run_claims(paper: str | None = None, fast: bool | None = None, ids: list[str
 
     if fast is None:
         fast = os.environ.get("EXPLORER_FAST") == "1"
-    chosen = claims(paper)
-    if ids is not None:
-        valid = [c.id for c in chosen]
-        unknown = [i for i in ids if i not in valid]
-        if unknown:
-            raise SpecError("--id", f"no claim {', '.join(map(repr, unknown))}"
-                                    f"{' of ' + paper if paper else ''}; valid ids: {', '.join(valid)}")
-        chosen = [c for c in chosen if c.id in ids]
+    chosen = select(paper, ids)
     clock = _Clock(chosen, fast, progress)
     rows = []
     with execution(workers=workers, backend=backend, batched=batched, progress=clock.runs):
