@@ -15,6 +15,7 @@ from pathlib import Path
 
 from explorer.catalog import KINDS
 from explorer.papers.claims import PAPERS
+from explorer.parallel import BACKENDS
 from explorer.registry import SpecError
 from explorer.runs import StoreError, damaged_database, home
 from explorer.spec import ExperimentSpec, registry
@@ -45,10 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--grid", action="append", default=[], metavar="PATH=V1,V2,...",
                        help="values to sweep, e.g. --grid model.depth=10,30 (repeatable: the product is run)")
     sweep.add_argument("--seeds", type=int, default=1, help="seeds per grid point (train.seed, +1, ...)")
-    sweep.add_argument("--backend", choices=("local", "ray"), default="local",
-                       help="local process pool, or Ray (the cluster at RAY_ADDRESS, else a local Ray)")
-    sweep.add_argument("--workers", type=int, help="parallel trials (default: one per core)")
-    sweep.add_argument("--batched", action="store_true", help="train the seeds of each grid point as one stacked model")
+    _with_workers(sweep, "trials")
     sweep.add_argument("--label", default="", help="a label prefix for the recorded trials")
     sweep.add_argument("--json", action="store_true", help="print the list of trial summaries as JSON")
 
@@ -66,14 +64,7 @@ def _parser() -> argparse.ArgumentParser:
     claims.add_argument("--recorded", action="store_true",
                         help="run nothing: show the full-mode results recorded with the package (3 seeds), with "
                              "when and where they were recorded")
-    claims.add_argument("--workers", type=int, default=None,
-                        help="a claim's seeds and arms train as parallel jobs on this many processes of one thread each "
-                             "(default: one per core; 1: one after the other in this process)")
-    claims.add_argument("--backend", choices=("local", "ray"), default="local",
-                        help="local worker processes, or Ray tasks (the cluster at RAY_ADDRESS, else a local Ray)")
-    claims.add_argument("--batched", action="store_true",
-                        help="train the seeds of each arm as one stacked model (explorer.batched; results match the "
-                             "separate runs to float32 rounding)")
+    _with_workers(claims, "runs of a claim (its seeds and arms; one torch thread each)")
     claims.add_argument("--record", action="store_true",
                         help="full mode only: write the rows into the package's recorded results "
                              "(explorer/papers/claims_full.json), replacing those of the claims run")
@@ -102,6 +93,18 @@ def _parser() -> argparse.ArgumentParser:
     runs_resume = runs_sub.add_parser("resume", help="continue a stopped or interrupted run from its last checkpoint")
     runs_resume.add_argument("id", help="a run id or a unique prefix of one")
     runs_resume.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    return parser
+
+
+def _with_workers(parser, what: str):
+    """The flags of parallel runs (explorer.parallel), the same for sweeps and claims."""
+    parser.add_argument("--workers", type=int, help=f"{what} at once, in worker processes (default: one per core; "
+                                                    "1: one after the other in this process)")
+    parser.add_argument("--backend", choices=BACKENDS, default="local",
+                        help="local worker processes, or Ray tasks (the cluster at RAY_ADDRESS, else a local Ray)")
+    parser.add_argument("--batched", action="store_true",
+                        help="train the seeds of each grid point or arm as one stacked model (explorer.batched; its "
+                             "members match their separate runs to float32 rounding)")
     return parser
 
 

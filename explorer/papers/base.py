@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from explorer.cache import LRUCache, megabytes_from_env
@@ -74,10 +74,10 @@ def preset(name: str):
 
 @dataclass
 class Execution:
-    """How a claim's runs train: `workers` (None: here, one after the other), whether the seeds of an arm
-    train stacked (`batched`), and `progress(done, total)` called as runs end (for a bar and its estimate)."""
+    """How a claim's runs train: on `workers` (one local worker: here, one after the other), whether the seeds of
+    an arm train stacked (`batched`), and `progress(done, total)` called as runs end (for a bar and its estimate)."""
 
-    workers: Workers | None = None
+    workers: Workers = field(default_factory=lambda: Workers(1))
     batched: bool = False
     progress: Callable[[int, int], None] | None = None
 
@@ -90,15 +90,14 @@ def execution(workers: int = 1, backend: str = "local", batched: bool = False,
               progress: Callable[[int, int], None] | None = None) -> Iterator[Execution]:
     """Within the block, claims train their runs with `workers` processes of one torch thread each (
     1: in this process) on `backend` ("local" or "ray"), batched or not, reporting `progress(done, total)`."""
-    pool = None if backend == "local" and workers == 1 else Workers(workers, backend, threads=1)
+    pool = Workers(workers, backend, threads=1)
     setting = Execution(pool, batched, progress)
     token = _EXECUTION.set(setting)
     try:
         yield setting
     finally:
         _EXECUTION.reset(token)
-        if pool is not None:
-            pool.close()
+        pool.close()
 
 
 def run_jobs(fn: Callable, items: Sequence[tuple]) -> list:
@@ -113,14 +112,7 @@ def run_jobs(fn: Callable, items: Sequence[tuple]) -> list:
         if setting.progress is not None:
             setting.progress(done[0], len(items))
 
-    if setting.workers is None:
-        return [_ended_with(fn(*item), ended) for item in items]
     return setting.workers.map(fn, items, on_done=ended)
-
-
-def _ended_with(value, ended):
-    ended(None, value)
-    return value
 
 
 def run_key(spec, callbacks: Sequence[Callable] = ()) -> tuple:
@@ -143,7 +135,7 @@ def train_all(specs: Sequence, callbacks: Sequence[Callable] = ()) -> list:
         order = list(missing)
         groups = _batched_groups([missing[k] for k in order]) if setting.batched and not callbacks else \
             [[i] for i in range(len(order))]
-        portable = setting.workers is not None
+        portable = not setting.workers.in_process
         outcomes = run_jobs(_train_group, [([missing[order[i]].to_dict() for i in group], callbacks, portable)
                                            for group in groups])
         for group, runs in zip(groups, outcomes):
