@@ -4,12 +4,12 @@ Starts `streamlit run app/server.py` (the app, warmed up, as the README starts i
 Debian's Chromium with Playwright, and reports, all measured in the same run:
 - click Train -> first loss point on a fresh server (clicked as soon as the page is ready) and after 3 s on
   the page, against plain PyTorch's first loss in-process; chart refreshes per second while one job and
-  while two jobs train (two tabs); how fast a Pause click answers (issue 8, issue 17);
+  while two jobs train (two tabs); how fast a Pause click answers;
 - Train-page steps/s (the figure the page shows) against `explorer train` steps/s for the same presets
-  (issue 17 target: >= 0.8x), with the command line at its default threads and at 1 thread, and the same job
+  (target: >= 0.8x), with the command line at its default threads and at 1 thread, and the same job
   run by the app's job queue in a worker with no server and no browser (the page's ceiling);
 - the server's resident memory after its first run, then after N more runs and every paper's claims
-  (fast mode) run once from the Papers page (issue 17 target: < 1.5x);
+  (fast mode) run once from the Papers page (target: < 1.5x);
 - a grid launched from the Compare page until every run is done, against the same jobs with no server or browser;
 - four tabs training at once on a server with EXPLORER_MAX_JOBS=2: two train, two wait with their place.
 
@@ -196,7 +196,7 @@ def plain_first_loss(spec: explorer.ExperimentSpec) -> float:
     """Plain PyTorch reference: build the same model and data and compute the first loss, in-process."""
     import torch
 
-    from explorer.train import loss_function
+    from explorer.training import loss_function
 
     start = time.perf_counter()
     model, data = explorer.build(spec)

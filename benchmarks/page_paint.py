@@ -3,7 +3,7 @@
 For each page: start a new server (nothing cached; `app/server.py` imports the libraries before it answers,
 and that start-up time is printed too), open the page, and time until its first interactive widget is
 visible (Train: the Train button; Theory: a slider) and until the script has finished (no "running"
-indicator). Targets (issue 18): Theory < 2 s, Train < 3 s. The load average is printed with each page.
+indicator). Targets: Theory < 2 s, Train < 3 s. The load average is printed with each page.
 
     python benchmarks/page_paint.py [--repeat N]
 """

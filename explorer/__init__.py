@@ -16,9 +16,10 @@ from explorer.papers import preset
 from explorer.probes import probe
 from explorer.runs import RunStore, StoreRecorder, resume
 from explorer.sweeps import sweep
-from explorer.registry import SpecError
-from explorer.spec import ExperimentSpec, registry
-from explorer.train import Event, Run, StopTraining, build, evaluate, train
+from explorer.registries import SpecError
+from explorer.registries import registry
+from explorer.spec import ExperimentSpec
+from explorer.training import Event, Run, StopTraining, build, evaluate, train
 from explorer.batched import train_batched
 
 __all__ = [

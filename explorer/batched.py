@@ -1,6 +1,6 @@
 """Train several same-shaped specs as one stacked model (seeds, learning rates, tau values, inits...).
 
-Every member is built exactly as `explorer.train.build` builds it (same weights per seed), then
+Every member is built exactly as `explorer.training.build` builds it (same weights per seed), then
 the members' parameters are stacked (`torch.func.stack_module_state`) and one functional forward
 (`torch.func.functional_call`) is vmapped over members, each reading its own mini-batch from its
 own `_Batches` sampler (seeded like its separate run). The per-member losses are summed for one
@@ -10,7 +10,7 @@ The update is each member's own torch optimizer and LR schedule (`build_optimize
 member's module), whose parameters are views into the stacked leaves: any optimizer the trainer
 supports gives the same update as a separate run, with no re-implementation to drift from it.
 Logging, validation, divergence detection (pinned to the exact step) and the history rows follow
-`explorer.train.train` member by member, so `train_batched(specs)[i]` reads like `train(specs[i])`.
+`explorer.training.train` member by member, so `train_batched(specs)[i]` reads like `train(specs[i])`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from explorer.optim import build_optimizer, is_full_batch
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 from explorer.spec import SECTIONS, ExperimentSpec
 from explorer.topology import Chain
-from explorer.train import Event, Run, StopTraining, _Batches, build, flush_denormals, log_step, loss_function
+from explorer.training import Event, Run, StopTraining, _Batches, build, flush_denormals, log_step, loss_function
 
 # Fields every member must share: they set tensor shapes, the data, or the step/log cadence.
 SHARED_FIELDS = ("train.steps", "train.batch_size", "train.log_every", "train.device")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 from explorer.settings import whole_number
 
 DEFAULT_MAX_DATA_MB = 512

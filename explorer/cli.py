@@ -13,12 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from explorer.catalog import KINDS
 from explorer.papers.claims import PAPERS
 from explorer.parallel import BACKENDS
-from explorer.registry import SpecError
+from explorer.registries import KINDS, SpecError, registry
 from explorer.runs import StoreError, damaged_database, home
-from explorer.spec import ExperimentSpec, registry
+from explorer.spec import ExperimentSpec
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -180,7 +179,7 @@ def _read_spec_file(path: Path) -> str:
 
 
 def _train(args) -> int:
-    from explorer.train import train
+    from explorer.training import train
 
     spec = load_spec(args.preset, args.spec, args.changes)
     callbacks = [] if args.quiet or args.json else [_progress_bar(spec.train.steps)]
@@ -209,7 +208,7 @@ def _probe(args) -> int:
     import numpy as np
 
     from explorer.probes import PROBES, probe, validation_tensors
-    from explorer.train import build, train
+    from explorer.training import build, train
 
     spec = load_spec(args.preset, args.spec, args.changes)
     entry = PROBES.lookup(args.probe, "--probe")

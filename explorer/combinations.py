@@ -2,19 +2,18 @@
 
 Each section of a spec is validated against its own registry entry; what only a combination
 can get wrong is checked here, where data, models, topologies, inits and optimizers are all
-known. The check registers itself with the catalog, which the spec calls at construction.
+known. The check registers itself with `explorer.registries`, which the spec calls at construction.
 """
 
 from __future__ import annotations
 
 import torch
 
-from explorer.catalog import add_check
 from explorer.data import DATASETS, dims
 from explorer.init import check_init
 from explorer.nn.base import MODELS, check_model, n_blocks
 from explorer.optim import is_full_batch
-from explorer.registry import SpecError
+from explorer.registries import SpecError, add_check
 from explorer.topology import TOPOLOGIES, check_topology
 
 

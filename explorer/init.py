@@ -19,7 +19,7 @@ from torch import nn
 
 from explorer import init_schemes
 from explorer.nn.base import MODELS, WEIGHT_ROLES, Stack, roles
-from explorer.registry import Param, Registry, SpecError
+from explorer.registries import Param, Registry, SpecError
 from explorer.topology import Topology
 
 INITS = Registry("inits", common=(

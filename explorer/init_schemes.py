@@ -28,7 +28,7 @@ import math
 import torch
 
 from explorer.nn.base import BRANCH_ENDS, WEIGHT_ROLES
-from explorer.registry import Param
+from explorer.registries import Param
 
 __all__ = [
     "IDINIT_PARAMS",

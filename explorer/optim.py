@@ -7,7 +7,7 @@ import math
 import torch
 
 from explorer.nn.base import roles
-from explorer.registry import Param, Registry
+from explorer.registries import Param, Registry
 
 OPTIMIZERS = Registry(
     "optimizers",

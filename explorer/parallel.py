@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 
 BACKENDS = ("local", "ray")
 

@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 
 BUSY_TIMEOUT_S = 60.0
 
@@ -775,7 +775,7 @@ def resume(run_id: str, store: RunStore | None = None, callbacks=None, stop=None
     Its history goes on where the checkpoint left it; on CPU the result equals a run that never stopped.
     A run killed mid-way resumes from its last periodic checkpoint (record with `checkpoint_every`).
     """
-    from explorer.train import CheckpointMismatch, train
+    from explorer.training import CheckpointMismatch, train
 
     store = store if store is not None else default_store()
     run_id = store.resolve(run_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 
 
 class SettingError(SpecError):

@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from explorer import catalog
-from explorer.registry import Entry, Param, Registry, SpecError, quote
+from explorer.registries import Entry, Param, Registry, SpecError, check_spec, quote, registry
 
 # section -> registry kind
 SECTION_KINDS = {
@@ -41,11 +40,6 @@ TRAIN_PARAMS: tuple[Param, ...] = (
 )
 
 DEFAULT_NAMES = {"data": "digits", "model": "mlp", "topology": "cascaded", "init": "default", "optim": "adam"}
-
-
-def registry(kind: str) -> Registry:
-    """The public registry of one kind: datasets, models, topologies, inits, optimizers, presets."""
-    return catalog.get(kind)
 
 
 @dataclass(frozen=True)
@@ -215,7 +209,7 @@ class ExperimentSpec:
 
     # ---- cross-field checks ---------------------------------------------------------
     def _check_combination(self) -> None:
-        catalog.check_spec(self)
+        check_spec(self)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ExperimentSpec) and self.to_dict() == other.to_dict()

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from explorer.parallel import BACKENDS, Workers
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 from explorer.spec import ExperimentSpec
 
 
@@ -58,7 +58,7 @@ def _run_group(specs: list[dict], batched: bool, threads: int) -> list[dict[str,
     """Worker: train one trial (or, batched, several seeds at once); never raises (errors are results)."""
     import torch
 
-    from explorer.train import train
+    from explorer.training import train
 
     torch.set_num_threads(max(1, threads))
     try:

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from explorer.nn.mixing import Mixer, fast_path_ok
-from explorer.registry import DEPTH_RULES, Param, Registry, SpecError
+from explorer.registries import DEPTH_RULES, Param, Registry, SpecError
 
 TOPOLOGIES = Registry("topologies")
 

@@ -141,8 +141,8 @@ GRID_CHARTS = """() => {
 def test_the_compare_grid_follows_its_feed_without_rerunning_the_page(app):
     """While a Compare grid trains, its progress bar, runs table and loss chart follow the page's feed: the
     table's steps move and the chart is redrawn in its one element, while the browser sends Streamlit no
-    message (the page reran twice a second before, and its redraws cost the browser a third of the grid's
-    speed on two cores). The fragment reruns when a run's state changes: Stop grid shows every run stopped."""
+    message (a page rerun per update would cost the browser a share of two cores that the grid's runs need).
+    The fragment reruns when a run's state changes: Stop grid shows every run stopped."""
     base, page, _ = app
     polls, sent = [], []
     page.on("request", lambda request: polls.append(request.url) if "/live/" in request.url else None)
@@ -156,7 +156,12 @@ def test_the_compare_grid_follows_its_feed_without_rerunning_the_page(app):
     polls.clear()
     sent.clear()
     steps, elements, contents, t0 = [], set(), set(), time.perf_counter()
-    while time.perf_counter() - t0 < 4:
+
+    def moved_enough():  # every run's step took three values, seen over at least 4 s
+        return steps and time.perf_counter() - t0 >= 4 and all(len(set(run)) >= 3 for run in zip(*steps))
+
+    while not moved_enough():  # how long that takes is the machine's speed and load, not a property
+        assert time.perf_counter() - t0 < 180, steps
         steps.append([int(row[3].split(" / ")[0]) for row in page.evaluate(GRID_ROWS)])
         for number, content in page.evaluate(GRID_CHARTS):
             elements.add(number)
@@ -165,8 +170,8 @@ def test_the_compare_grid_follows_its_feed_without_rerunning_the_page(app):
     polled, messages = len(polls), len(sent)
     page.locator(".st-key-compare-stop button").first.click()  # (.first: a button with help has a hidden copy)
     page.wait_for_function(f"() => ({GRID_ROWS})().every(r => r[1] === 'stopped')", timeout=60_000)
-    for run in zip(*steps):  # each run's step, as the table showed it: it moved, never back (how often it moved
-        assert len(set(run)) >= 3 and list(run) == sorted(run), run  # in 4 s is the machine's speed, not a property)
+    for run in zip(*steps):  # each run's step, as the table showed it, never went back
+        assert list(run) == sorted(run), run
     assert elements == {0} and len(contents) >= 3, (elements, contents)  # redrawn, in one element
     assert polled >= 4, polls  # it follows the feed (at least once a second, the slowest it polls), not reruns
     assert messages <= 1, f"{messages} messages to the server: the page reran while no run changed state"
@@ -175,8 +180,7 @@ def test_the_compare_grid_follows_its_feed_without_rerunning_the_page(app):
 
 def test_a_claims_job_follows_its_feed_without_rerunning_the_page(app):
     """"Run all claims" on the Papers page: the job's progress bar follows its feed from claim to claim, and
-    the page sends Streamlit only the click and, once the job ends, one rerun that draws the verdicts (it
-    reran twice a second before)."""
+    the page sends Streamlit only the click and, once the job ends, one rerun that draws the verdicts."""
     base, page, _ = app
     polls, sent = [], []
     page.on("request", lambda request: polls.append(request.url) if "/live/" in request.url else None)
@@ -231,7 +235,7 @@ def test_a_bad_combination_shows_the_message_and_disables_train(app):
                                    "model=![x](http://example.invalid/a.png)",
                                    "![x](http://example.invalid/a.png)=1"])
 def test_a_hostile_link_renders_as_text(app, query):
-    """Issue 16 item 4: markdown in a link's value or key name is shown literally, with no link or image
+    """Markdown in a link's value or key name is shown literally, with no link or image
     pointing at its host, and the browser fetches nothing from it."""
     base, page, _ = app
     fetched = []
@@ -317,7 +321,7 @@ def run_choices(tab) -> list[str]:
 
 
 def test_the_servers_memory_stays_bounded_over_runs_and_claims(app):
-    """Issue 17's memory bound at CI size: models and data live in the workers and the caches are bounded, so
+    """The memory bound at CI size: models and data live in the workers and the caches are bounded, so
     the server's resident memory after 20 more runs and one paper's claims (fast mode, from the Papers page)
     stays under 1.5x its memory after the first run. (The benchmark does 50 runs and every paper: 1.05x.)"""
     base, page, home = app

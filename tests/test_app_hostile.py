@@ -1,4 +1,4 @@
-"""Issue 16: a server a class can share. Hostile links, uploads and files reach the page only as text."""
+"""A server a class can share. Hostile links, uploads and files reach the page only as text."""
 
 import os
 import pickle
@@ -43,7 +43,7 @@ def test_escape_disarms_markdown():
 
 
 def test_a_link_cannot_probe_server_files(open_page, tmp_path, monkeypatch):
-    """Issue 16 item 5: `?data=text&data.path=...` outside EXPLORER_DATA_DIR says the same thing whether the
+    """`?data=text&data.path=...` outside EXPLORER_DATA_DIR says the same thing whether the
     file exists or not, and nothing about its length or content."""
     monkeypatch.setenv("EXPLORER_DATA_DIR", str(tmp_path / "data"))
     secret = tmp_path / "secret.txt"
@@ -59,7 +59,7 @@ def test_a_link_cannot_probe_server_files(open_page, tmp_path, monkeypatch):
 
 
 def test_a_corrupt_checkpoint_on_inside_probe_is_one_clear_line(open_page):
-    """Issue 16 item 6: Inside -> Probe on a damaged checkpoint names the file and what to do; torch's own
+    """Inside -> Probe on a damaged checkpoint names the file and what to do; torch's own
     text (which advises weights_only=False) is not shown."""
     spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 3, "train.steps": 4, "train.log_every": 2})
     explorer.train(spec, callbacks=[explorer.StoreRecorder(label="stored")])
@@ -76,7 +76,7 @@ def test_a_corrupt_checkpoint_on_inside_probe_is_one_clear_line(open_page):
 
 
 def test_why_train_is_off_is_shown_beside_it(open_page):
-    """Issue 16 item 7: with ?train.steps=20001 the reason is in the main area, not only in a collapsed section."""
+    """With ?train.steps=20001 the reason is in the main area, not only in a collapsed section."""
     at = open_page("train", query={"train.steps": "20001"})
     assert not at.exception
     assert at.button(key="train-start").disabled
@@ -87,7 +87,7 @@ def test_why_train_is_off_is_shown_beside_it(open_page):
                                    {"model.depth": "10000", "model.width": "65536"},
                                    {"data": "shapes", "model": "vit", "data.size": "128", "data.n_train": "200000"}])
 def test_a_link_that_asks_for_too_much_memory_is_refused_before_anything_is_built(open_page, query, monkeypatch):
-    """Issue 16 item 1: the message is shown, Train is off, and no dataset was generated."""
+    """The message is shown, Train is off, and no dataset was generated."""
     import explorer.data.base
 
     built = []

@@ -221,7 +221,7 @@ def test_parameter_caps_count_the_real_model():
 
 
 def test_data_files_are_read_only_from_the_data_folders(tmp_path, monkeypatch):
-    """Issue 16 item 5: with the server's restriction on, a path outside EXPLORER_DATA_DIR is refused before
+    """With the server's restriction on, a path outside EXPLORER_DATA_DIR is refused before
     it is read or looked up: one message whether the file exists or not (no size, no existence)."""
     data_dir, outside = tmp_path / "data", tmp_path / "private"
     data_dir.mkdir(), outside.mkdir()

@@ -1,4 +1,4 @@
-"""Issue 16 item 3: jobs belong to sessions. A session has at most EXPLORER_MAX_JOBS_PER_SESSION active jobs,
+"""Jobs belong to sessions. A session has at most EXPLORER_MAX_JOBS_PER_SESSION active jobs,
 its jobs stop a grace period after it ends, and an operator (EXPLORER_ADMIN_TOKEN) can list and stop any."""
 
 import time

@@ -9,7 +9,7 @@ import torch
 
 import explorer
 from explorer.batched import train_batched
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 
 BASE = explorer.preset("tau-fig1-1/sqrt(L)").with_values(
     {"model.depth": 6, "model.width": 32, "train.steps": 30, "train.log_every": 10, "train.device": "cpu"})

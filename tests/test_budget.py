@@ -1,4 +1,4 @@
-"""Issue 16 item 1: the memory a spec's data and training need is estimated and capped before anything is
+"""The memory a spec's data and training need is estimated and capped before anything is
 allocated (EXPLORER_MAX_DATA_MB, EXPLORER_MAX_MODEL_MB), in the API, the CLI and the app."""
 
 import psutil

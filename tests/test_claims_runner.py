@@ -13,7 +13,7 @@ import torch
 from explorer.papers import base, clear_cache, preset
 from explorer.papers.claims import (Progress, decide, duration, record, run_claims, seeded, summary_of)
 from explorer.parallel import Workers
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 
 
 # ---- the engine ---------------------------------------------------------------------------------------------

@@ -65,7 +65,7 @@ def test_fig4_dense_miou_is_not_tested_and_trains_nothing(monkeypatch):
 def test_deep_block_miou_still_measures_a_shapes_run():
     from types import SimpleNamespace
 
-    from explorer.train import build
+    from explorer.training import build
 
     spec = skipless.table1_spec("skip-table1-skip", fast=True).with_values({"model.depth": 2, "data.n_train": 64,
                                                                           "data.n_val": 64})

@@ -1,4 +1,4 @@
-"""Issue 16: random and hostile specs (10,000+) through parsing and validation: only a valid spec or a
+"""Random and hostile specs (10,000+) through parsing and validation: only a valid spec or a
 SpecError comes out, never another exception; a handful of the valid small ones train to finished/diverged.
 
 Generated from a fixed seed (so a failure reproduces): names right and wrong, values of every JSON type,

@@ -1,4 +1,4 @@
-"""Issue 16: hostile or careless input to the library and the CLI gives a SpecError or a one-line error
+"""Hostile or careless input to the library and the CLI gives a SpecError or a one-line error
 (exit 2), never a traceback; corrupt stores and checkpoints name the file and what to do."""
 
 from __future__ import annotations

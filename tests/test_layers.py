@@ -15,11 +15,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "explorer"
 
 # Layers, bottom-up (README "The house"); a module may import its own layer or lower ones.
 LAYERS = (
-    ("explorer.registry", "explorer.spec", "explorer.catalog", "explorer.version", "explorer.cache", "explorer.settings",
+    ("explorer.registries", "explorer.spec", "explorer.version", "explorer.cache", "explorer.settings",
      "explorer.parallel"),
     ("explorer.data", "explorer.nn", "explorer.topology", "explorer.init", "explorer.init_schemes", "explorer.optim",
      "explorer.combinations", "explorer.budget"),
-    ("explorer.train", "explorer.probes", "explorer.plots", "explorer.theory"),
+    ("explorer.training", "explorer.probes", "explorer.plots", "explorer.theory"),
     ("explorer.papers", "explorer.runs", "explorer.sweeps", "explorer.batched"),
     ("explorer.cli", "explorer"),  # the command line and the public facade (explorer/__init__.py)
 )

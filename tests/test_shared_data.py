@@ -1,4 +1,4 @@
-"""Issue 16 item 2: the dataset cache is private and bounded; a run that changes its data changes nothing else."""
+"""The dataset cache is private and bounded; a run that changes its data changes nothing else."""
 
 import pytest
 import torch

@@ -12,7 +12,7 @@ import torch
 import explorer
 from explorer.data import TASKS, Dataset, build_dataset, dims
 from explorer.data.text import MAX_BYTES, corpus, decode, encode, unigram_entropy, vocabulary
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 from explorer.spec import _build_section
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import explorer
-from explorer.train import loss_function
+from explorer.training import loss_function
 
 TINY = {"data": {"name": "whitened-regression", "dim": 4, "n_train": 16, "n_val": 8, "rank": 2},
         "model": {"name": "linear", "depth": 3, "width": 4}, "topology": {"name": "shortcuts", "shortcuts": "0:2"},

@@ -19,7 +19,7 @@ from pathlib import Path
 from explorer import budget
 from explorer.data.files import restrict_reads
 from explorer.nn.models import parameter_count
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 from explorer.settings import SettingError, whole_number
 from explorer.runs import home
 

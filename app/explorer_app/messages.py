@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 
 _ASCII_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")
 # GitHub-flavoured autolinks (bare http://..., www...., a@b.c) are found after escapes are resolved, so

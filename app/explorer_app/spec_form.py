@@ -17,7 +17,7 @@ from typing import Any
 import streamlit as st
 
 import explorer
-from explorer.registry import DEPTH_RULES, Param, SpecError
+from explorer.registries import DEPTH_RULES, Param, SpecError
 from explorer.spec import SECTION_KINDS, SECTIONS, TRAIN_PARAMS, ExperimentSpec
 from explorer_app import messages
 

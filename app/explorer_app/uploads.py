@@ -13,7 +13,7 @@ from pathlib import Path
 import streamlit as st
 
 import explorer
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 from explorer.runs import home
 from explorer_app import spec_form
 from explorer_app.messages import escape, spec_error

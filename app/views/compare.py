@@ -16,7 +16,7 @@ import streamlit as st
 
 import explorer
 from explorer import plots
-from explorer.registry import DEPTH_RULES, SpecError
+from explorer.registries import DEPTH_RULES, SpecError
 from explorer.sweeps import trials
 from explorer_app import figures, jobs, limits, live_feed, messages, state
 

@@ -12,7 +12,7 @@ import streamlit as st
 import explorer
 from explorer import plots
 from explorer.probes import validation_tensors
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 from explorer.runs import StoreError
 from explorer_app import figures, messages, spec_form, state
 

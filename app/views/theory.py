@@ -19,7 +19,7 @@ import streamlit as st
 
 import explorer
 from explorer import plots, theory
-from explorer.registry import DEPTH_RULES
+from explorer.registries import DEPTH_RULES
 from explorer.topology import depth_rule
 from explorer_app import figures
 

@@ -21,7 +21,7 @@ import streamlit as st
 
 import explorer
 from explorer import plots
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 from explorer_app import figures, jobs, limits, live_feed, messages, spec_form, state, uploads
 
 REFRESH_S = 0.2  # without a feed: the live view's refresh period while a job is active (five redraws per second)

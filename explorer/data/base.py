@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from explorer.cache import LRUCache, megabytes_from_env
-from explorer.registry import Param, Registry
+from explorer.registries import Param, Registry
 
 DATASETS = Registry("datasets")
 

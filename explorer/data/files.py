@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 
 _allowed_roots: tuple[Path, ...] | None = None  # None: any local path may be read
 

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from explorer.data.base import DATASETS, SEED
 from explorer.data.files import local_path
 from explorer.data.tabular import VAL_FRACTION, _split_standardize, digits_arrays
-from explorer.registry import Param, SpecError
+from explorer.registries import Param, SpecError
 
 
 def _standardize_channels(x_train: torch.Tensor, x_val: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

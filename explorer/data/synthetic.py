@@ -7,7 +7,7 @@ import math
 import torch
 
 from explorer.data.base import DATASETS, SEED
-from explorer.registry import Param, SpecError
+from explorer.registries import Param, SpecError
 
 
 def _gen(seed: int) -> torch.Generator:

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from explorer.data.base import DATASETS, SEED
-from explorer.registry import Param
+from explorer.registries import Param
 
 VAL_FRACTION = Param("val_fraction", "float", 0.2, "share of examples held out for validation", low=0.05, high=0.9)
 

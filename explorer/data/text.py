@@ -18,7 +18,7 @@ import torch
 
 from explorer.data.base import DATASETS, SEED
 from explorer.data.files import local_path
-from explorer.registry import Param, SpecError
+from explorer.registries import Param, SpecError
 
 MAX_BYTES = 20_000_000  # 20 MB: a text file larger than this is refused (the whole file is read and encoded)
 MIN_WINDOWS = 4  # windows each split must hold at least, whatever the training offset

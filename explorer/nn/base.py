@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from explorer.registry import Param, Registry
+from explorer.registries import Param, Registry
 from explorer.topology import Topology, stem_activation
 
 # Roles of weights that initialisation schemes fill (the others: norm, bias, pos, mix, scale).

@@ -19,7 +19,7 @@ from torch import nn
 
 from explorer.nn.blocks import Linear
 from explorer.nn.base import MODELS, Network, Stack
-from explorer.registry import Param, SpecError
+from explorer.registries import Param, SpecError
 from explorer.topology import build_topology, is_shareable
 
 

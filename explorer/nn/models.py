@@ -10,10 +10,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from explorer import catalog
 from explorer.nn.base import MODELS, Gated, Network, ReLU, Stack
 from explorer.nn.blocks import Linear, LowRank, MLPBlock, Norm
-from explorer.registry import Param, SpecError
+from explorer.registries import Param, SpecError, registry
 from explorer.topology import build_topology
 
 
@@ -103,7 +102,7 @@ def build_model(spec, data_dims) -> Network:
     branch gets a zero-initialised scalar gate. The flag is read from the init registry by name.
     """
     model = MODELS[spec.model.name].factory(topology=spec.topology, data_dims=data_dims, **spec.model.params)
-    if catalog.get("inits")[spec.init.name].extra.get("gates"):
+    if registry("inits")[spec.init.name].extra.get("gates"):
         for stack in (m for m in model.modules() if isinstance(m, Stack)):
             stack.blocks = nn.ModuleList(Gated(b) for b in stack.blocks)
     return model

@@ -40,7 +40,7 @@ from torch.nn import functional as F
 
 from explorer.nn.blocks import Linear, MLPBlock, Norm
 from explorer.nn.base import MODELS, Network, Stack
-from explorer.registry import Param, SpecError
+from explorer.registries import Param, SpecError
 from explorer.topology import TOPOLOGIES, build_topology
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from explorer.cache import LRUCache, megabytes_from_env
 from explorer.parallel import Workers
-from explorer.registry import Entry, Registry, SpecError
+from explorer.registries import Entry, Registry, SpecError
 
 PRESETS = Registry("presets")
 RUNS = LRUCache(megabytes_from_env("EXPLORER_PAPERS_CACHE_MB", 256))
@@ -162,7 +162,7 @@ def _train_group(spec_dicts: list[dict], callbacks: tuple, portable: bool) -> li
     they cannot be stacked, e.g. BatchNorm). Portable: each run as its weights and record only (what crosses
     back from a worker; the caller rebuilds the model and the data), else the runs themselves."""
     from explorer.spec import ExperimentSpec
-    from explorer.train import train
+    from explorer.training import train
 
     specs = [ExperimentSpec.from_dict(d) for d in spec_dicts]
     runs = None
@@ -184,7 +184,7 @@ def _train_group(spec_dicts: list[dict], callbacks: tuple, portable: bool) -> li
 def _unpack(spec, portable: dict):
     """The Run of a portable record: the model built from `spec` with the trained weights loaded, the data rebuilt
     (generated, cached)."""
-    from explorer.train import Run, build
+    from explorer.training import Run, build
 
     model, data = build(spec)
     model.load_state_dict(portable["weights"])

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 
 PAPERS = ("ancre", "dca", "idinit", "tau", "skipless")
 VERDICTS = ("holds", "does-not-hold", "inconclusive", "not-tested", "error")

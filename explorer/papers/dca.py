@@ -221,7 +221,7 @@ def _thm41(mode, arms=(("base", "none"), ("resnet", "cascaded"), ("grn_v1", "grn
     import numpy as np
 
     from explorer import theory
-    from explorer.train import build
+    from explorer.training import build
 
     _, data = build(thm41_spec("cascaded", mode.fast))
     x, y = data.x_train.double().numpy(), data.y_train.double().numpy()
@@ -255,7 +255,7 @@ def _thm41(mode, arms=(("base", "none"), ("resnet", "cascaded"), ("grn_v1", "grn
 
 
 def _gpt_inputs(spec, n: int = 4):
-    from explorer.train import build
+    from explorer.training import build
 
     _, data = build(spec)
     return data.x_val[:n]
@@ -273,7 +273,7 @@ _INIT_TOLERANCE = 1e-5
 def _init_equal(mode, variants=None) -> Verdict:
     import torch
 
-    from explorer.train import build
+    from explorer.training import build
 
     variants = variants or (("dca", "grn-v1") if mode.fast else ("dca", "grn-v1", "grn-v2", "grn-v3", "2-dca"))
     per_seed = {v: [] for v in variants}
@@ -391,7 +391,7 @@ _TOKENS_PER_PARAMETER = 20.0  # the least training for a width comparison (see t
 
 
 def _parameters(spec) -> int:
-    from explorer.train import build
+    from explorer.training import build
 
     model, _ = build(spec)
     return sum(p.numel() for p in model.parameters())

@@ -27,7 +27,7 @@ from explorer.papers.base import preset, run_jobs, train_all
 from explorer.papers.claims import Verdict, claim, combine, decide, decide_all, seeded
 from explorer.probes import probe
 from explorer.spec import ExperimentSpec
-from explorer.train import build, train
+from explorer.training import build, train
 
 # --------------------------------------------------------------------------- presets
 

@@ -160,7 +160,7 @@ _KAPPA_FLOOR = 1e15  # ~ 1 / float64 epsilon: a larger kappa only says "numerica
 def _kl_conditioning(mode, arms=("default", "proposed")) -> Verdict:
     import numpy as np
 
-    from explorer.train import build
+    from explorer.training import build
 
     presets = {"default": "skip-sec5-skipless", "proposed": "skip-sec5-skipless-init"}
     widths = (32,) if mode.fast else (32, 64)

@@ -64,7 +64,7 @@ import math  # noqa: E402
 
 from explorer.papers.base import RUNS, preset, run_jobs, train_all
 from explorer.probes import probe
-from explorer.train import build, train
+from explorer.training import build, train
 from explorer.papers.claims import Decision, Verdict, claim, combine, decide, decide_all  # noqa: E402
 
 RULES = {"1/L": lambda L: 1.0 / L, "1/sqrt(L)": lambda L: L ** -0.5, "1/L^0.25": lambda L: L ** -0.25}

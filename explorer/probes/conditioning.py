@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from explorer.nn.blocks import MLPBlock
 from explorer.nn.transformer import Attention, TransformerBlock
 from explorer.probes.core import PROBES
-from explorer.registry import Param, SpecError
+from explorer.registries import Param, SpecError
 
 EXACT_LIMIT = 20_000_000  # entries of a Jacobian formed exactly
 

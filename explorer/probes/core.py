@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from explorer.registry import Registry, SpecError
+from explorer.registries import Registry, SpecError
 
 PROBES = Registry("probes")
 # Options that take a tensor rather than a value a Param can coerce are declared by each

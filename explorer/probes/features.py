@@ -15,7 +15,7 @@ from torch import nn
 
 from explorer.nn.transformer import PatchEmbedding, TransformerBlock
 from explorer.probes.core import PROBES
-from explorer.registry import Param, SpecError
+from explorer.registries import Param, SpecError
 
 
 def _patch_embedding(model: nn.Module) -> PatchEmbedding:

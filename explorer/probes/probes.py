@@ -12,7 +12,7 @@ from explorer.nn.base import WEIGHT_ROLES, Stack, roles
 from explorer.nn.transformer import Attention
 from explorer.topology import DCA
 from explorer.probes.core import PROBES
-from explorer.registry import Param, SpecError
+from explorer.registries import Param, SpecError
 
 
 def stacks(model: nn.Module) -> list[Stack]:

@@ -160,14 +160,14 @@ class Entry:
         return {p.name: p.default for p in self.params}
 
 
-_BY_KIND: dict[str, Registry] = {}  # every registry made, by kind: the catalog looks them up here
+_BY_KIND: dict[str, Registry] = {}  # every registry made, by kind: `registry(kind)` looks them up here
 
 
 class Registry(Mapping[str, Entry]):
     """An ordered name -> Entry mapping for one kind of choice.
 
     A registry lists itself by kind when it is made, so the layers below the one that fills it
-    (the spec, the catalog) find it by name without importing that layer.
+    (the spec, the command line) find it by name without importing that layer.
     """
 
     def __init__(self, kind: str, common: tuple[Param, ...] = ()):
@@ -218,6 +218,29 @@ class Registry(Mapping[str, Entry]):
         return len(self._entries)
 
 
-def registry_of_kind(kind: str) -> Registry | None:
-    """The registry made for `kind`, or None when no module has made one."""
-    return _BY_KIND.get(kind)
+KINDS = ("datasets", "models", "topologies", "inits", "optimizers", "presets", "probes")
+
+
+def registry(kind: str) -> Registry:
+    """The public registry of `kind` (one of KINDS), filled once `explorer` is imported."""
+    found = _BY_KIND.get(kind) if kind in KINDS else None
+    if found is None:
+        raise SpecError("kind", f"unknown registry {kind!r}; valid kinds: {', '.join(KINDS)}")
+    return found
+
+
+# Checks that need more than one spec section (shapes that must fit, shortcuts that must exist). They live
+# with the layer that knows every section (explorer.combinations) and register here, where the spec finds them.
+_CHECKS: list[Callable] = []
+
+
+def add_check(check: Callable) -> Callable:
+    """Register `check(spec)`, run on every spec after its sections are valid; raises SpecError."""
+    _CHECKS.append(check)
+    return check
+
+
+def check_spec(spec) -> None:
+    """Run every registered cross-section check on a spec whose sections are each valid."""
+    for check in _CHECKS:
+        check(spec)

@@ -22,7 +22,7 @@ from explorer.data import Dataset, build_dataset, loss_function
 from explorer.init import initialize
 from explorer.nn.models import build_model
 from explorer.optim import build_optimizer, is_full_batch
-from explorer.registry import SpecError
+from explorer.registries import SpecError
 from explorer.spec import ExperimentSpec
 
 
