@@ -18,6 +18,7 @@ import torch  # noqa: F401
 
 import explorer  # noqa: F401
 import explorer.papers  # noqa: F401  (the presets and claims the pages list)
+from explorer.runs import StoreError, home
 from explorer.settings import SettingError
 from explorer_app import messages, state
 from explorer_app.limits import limits, restrict_data_reads
@@ -44,10 +45,34 @@ try:
 except SettingError as error:
     st.error(f"This server is misconfigured: {error}", icon=":material/settings:")
     st.stop()
+
+
+def store_failure(error: StoreError) -> None:
+    """The run store cannot be opened or written: one line naming EXPLORER_HOME, not the server's folders."""
+    reason = str(error).replace(str(home()), "EXPLORER_HOME")
+    st.error(f"The run store cannot be used: {messages.escape(reason)}. Tell whoever runs this server.",
+             icon=":material/database:")
+
+
+if page.url_path in TRAINING_PAGES:
+    try:
+        state.store()  # the store their jobs record into: one that cannot open is said before any button is drawn
+    except StoreError as error:
+        store_failure(error)
+        st.stop()
 try:
     page.run()
+except StoreError as error:  # e.g. an empty runs.sqlite beside checkpoints, a full or read-only disk
+    store_failure(error)
 except Exception as error:  # the page's own bug or a broken file: a one-line message, never a traceback
     st.error(f"This page stopped on an unexpected error: {messages.failure(error)}. Reload the page; if it comes "
              "back, tell whoever runs this server.", icon=":material/error:")
-if page.url_path in TRAINING_PAGES:  # after a page that trains is drawn: start the workers (no-op once started)
-    state.job_queue().warm(delay=WARM_DELAY_S)
+else:
+    if page.url_path in TRAINING_PAGES:  # after a page that trains is drawn: start the workers (no-op once started)
+        try:
+            state.job_queue().warm(delay=WARM_DELAY_S)  # opens the run store the queue records into
+        except StoreError as error:
+            store_failure(error)
+        except Exception as error:
+            st.error(f"The training workers could not start: {messages.failure(error)}. Tell whoever runs this "
+                     "server.", icon=":material/error:")

@@ -27,7 +27,6 @@ from torch.func import functional_call, stack_module_state, vmap
 from explorer.optim import build_optimizer, is_full_batch
 from explorer.registries import SpecError
 from explorer.spec import SECTIONS, ExperimentSpec
-from explorer.topology import Chain
 from explorer.training import Event, Run, StopTraining, _Batches, build, flush_denormals, log_step, loss_function
 
 # Fields every member must share: they set tensor shapes, the data, or the step/log cadence.
@@ -79,11 +78,12 @@ def _structure_field(specs: list[ExperimentSpec]) -> str:
     return candidates[0] if candidates else "spec"
 
 
-def _check_models(specs: list[ExperimentSpec], models: list[nn.Module]) -> list[str]:
-    """Refuse members whose modules differ in structure; return the Chain paths whose (fixed) scale differs.
+def _check_models(specs: list[ExperimentSpec], models: list[nn.Module]) -> None:
+    """Refuse members whose modules differ in structure.
 
-    Parameters, buffers and module types must match; plain constants must match too, except the
-    fixed tau of a Chain topology, which the stacked forward reads per member from a buffer.
+    Parameters, buffers and module types must match, and so must plain constants, which the forward bakes
+    in. Values a member may vary (such as a fixed tau, explorer.topology.Chain) live in parameters or
+    buffers, which the stacked forward reads member by member.
     """
     first = models[0]
     for model in models[1:]:
@@ -99,19 +99,14 @@ def _check_models(specs: list[ExperimentSpec], models: list[nn.Module]) -> list[
             field = "model.norm" if "norm" in specs[0].model.params else "model.name"
             raise SpecError(field, "batched training does not support BatchNorm (its running statistics are "
                                    "updated in place during the forward pass); choose a model without BatchNorm")
-    scaled = []
     for name, module in first.named_modules():
         base = _constants(module)
         others = [_constants(model.get_submodule(name)) for model in models[1:]]
         keys = {k for other in others for k in set(base) | set(other) if not _same(base.get(k), other.get(k))}
-        if not keys:
-            continue
-        if isinstance(module, Chain) and keys == {"scale"}:
-            scaled.append(name)
-            continue
-        raise _refuse(_structure_field(specs), specs, f"it changes the constant(s) {', '.join(sorted(keys))} of module "
-                                                      f"{name or 'model'!r}, which the stacked forward cannot vary")
-    return scaled
+        if keys:
+            raise _refuse(_structure_field(specs), specs, f"it changes the constant(s) {', '.join(sorted(keys))} of "
+                                                          f"module {name or 'model'!r}, which the stacked forward "
+                                                          "cannot vary")
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -119,17 +114,6 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:  # values without a plain equality are treated as different
         return a is b
-
-
-class _MemberScaleChain(Chain):
-    """A fixed-tau Chain whose tau is a (per-member, vmapped) buffer instead of a Python float."""
-
-    def run(self, x0, blocks, acts):
-        x, scale = x0, self.member_scale
-        for block, act in zip(blocks, acts):
-            y = block(x)
-            x = act((x + y) * scale) if self.after else act(torch.addcmul(x, scale, y))
-        return x
 
 
 def train_batched(
@@ -154,22 +138,14 @@ def train_batched(
     built = [build(spec) for spec in specs]
     models = [model for model, _ in built]
     flush_denormals(models[0])
-    scaled = _check_models(specs, models)
+    _check_models(specs, models)
     device = next(models[0].parameters()).device
     cfg = specs[0].train
     n = len(specs)
 
     # The forward runs on a separate copy of the module (its tensors are swapped for stacked ones).
     base = build(specs[0])[0]
-    stacked_buffers_extra = {}
-    for path in scaled:
-        chain = base.get_submodule(path)
-        chain.__class__ = _MemberScaleChain
-        chain.register_buffer("member_scale", torch.tensor(chain.scale, device=device))
-        stacked_buffers_extra[f"{path}.member_scale"] = torch.tensor(
-            [model.get_submodule(path).scale for model in models], device=device)
     params, buffers = stack_module_state(models)
-    buffers.update(stacked_buffers_extra)
     for name, leaf in params.items():  # tensor hooks (e.g. tau's gradient averaging) act on the stacked leaf
         for hook in (models[0].get_parameter(name)._backward_hooks or {}).values():
             leaf.register_hook(hook)

@@ -107,7 +107,7 @@ def activation_bytes(spec) -> int:
     width, depth = int(model.get("width", found.input_dim)), int(model.get("depth", 1))
     n_train, n_val = _examples(spec) if DATASETS[spec.data.name].param("n_train") else (spec.train.batch_size, 0)
     batch = max(n_train if is_full_batch(spec.optim) else min(spec.train.batch_size, n_train), n_val)
-    kind = "transformer" if MODELS[spec.model.name].extra.get("transformer") else \
+    kind = "transformer" if MODELS[spec.model.name].info.transformer else \
         "conv" if _positions(spec, found.input_shape) > 1 else "dense"
     positions = _positions(spec, found.input_shape)
     values = batch * positions * width * depth * ACTIVATIONS_PER_LAYER.get(kind, 3)

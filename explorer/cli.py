@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from explorer.papers.claims import PAPERS
+from explorer.papers import PAPERS
 from explorer.parallel import BACKENDS
 from explorer.registries import KINDS, SpecError, registry
 from explorer.runs import StoreError, damaged_database, home
@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--json", action="store_true", help="print the list of trial summaries as JSON")
 
     claims = sub.add_parser("claims", help="check the papers' claims on real runs and print the table")
-    claims.add_argument("--paper", choices=PAPERS, help="one paper only")
+    claims.add_argument("--paper", choices=list(PAPERS), help="one paper only")
     claims.add_argument("--fast", action="store_true",
                         help="one seed and small runs (as in CI; also EXPLORER_FAST=1): decides only large effects")
     claims.add_argument("--id", dest="ids", action="append", metavar="ID", help="only this claim (repeatable)")
@@ -370,7 +370,8 @@ def _claims_bar(total: int):
 
 
 def _runs(args) -> int:
-    """`explorer runs list|show|export|delete`: the run store in EXPLORER_HOME (see explorer.runs)."""
+    """`explorer runs list|show|export|delete|check|resume`: the run store in EXPLORER_HOME (see explorer.runs).
+    A listing that skips damaged runs says so on stderr (stdout stays the listing)."""
     import datetime
 
     from explorer.runs import check_store, default_store
@@ -386,6 +387,8 @@ def _runs(args) -> int:
 
     if args.runs_command == "list":
         records = store.list(status=args.status, limit=args.limit)
+        if records.notice():
+            print(f"note: {records.notice()}", file=sys.stderr)
         if args.json:
             print(json.dumps(records, indent=2))
             return 0
@@ -412,7 +415,9 @@ def _runs(args) -> int:
                  f"environment torch {env.get('torch')}, python {env.get('python')}, {env.get('device')} on {env.get('hostname')}",
                  f"checkpoint  {record['checkpoint'] or '-'}"]
         for key, value in (record["final"] or {}).items():
-            if key != "step" and value is not None:
+            if key == "error":
+                lines.append(f"error       {value}")
+            elif key != "step" and isinstance(value, (int, float)):
                 lines.append(f"final {key:<12} {value:.6g}")
         print("\n".join(lines))
         return 0

@@ -20,13 +20,13 @@ from explorer.topology import TOPOLOGIES, check_topology
 @add_check
 def check_combination(spec) -> None:
     """Raise SpecError(field, fix) for the first cross-section problem of `spec`."""
-    data_check = DATASETS[spec.data.name].extra.get("check")
+    data_check = DATASETS[spec.data.name].info.check
     if data_check:
         data_check(spec.data.params)
     data_dims = dims(spec.data)
-    if TOPOLOGIES[spec.topology.name].extra.get("transformer_only") and not MODELS[spec.model.name].extra.get("transformer"):
-        hint = "use none for a network without residual connections" if spec.topology.name == "skipless" \
-            else "use grn-v3 on other models"
+    topology = TOPOLOGIES[spec.topology.name].info
+    if topology.transformer_only and not MODELS[spec.model.name].info.transformer:
+        hint = "use grn-v3 on other models" if topology.residual else "use none for a network without residual connections"
         raise SpecError("topology.name", f"{spec.topology.name} exists only for Transformers (model.name=gpt or vit); {hint}")
     if data_dims.task == "language-modeling" and spec.model.name != "gpt":
         raise SpecError("model.name", f"{spec.data.name} gives token sequences, which only the gpt model reads; "

@@ -20,7 +20,7 @@ from torch import nn
 from explorer import init_schemes
 from explorer.nn.base import MODELS, WEIGHT_ROLES, Stack, roles
 from explorer.registries import Param, Registry, SpecError
-from explorer.topology import Topology
+from explorer.topology import TOPOLOGIES, Topology
 
 INITS = Registry("inits", common=(
     Param("overrides", "str", "", "other schemes for some roles, e.g. 'head=orthogonal, stem.out=normal' "
@@ -46,9 +46,7 @@ POS_STD = 0.02  # learned positions and class tokens (GPT-2, ViT)
 
 
 def _needs_residual(spec) -> None:
-    from explorer.topology import TOPOLOGIES
-
-    if TOPOLOGIES[spec.topology.name].extra.get("residual") is False:
+    if not TOPOLOGIES[spec.topology.name].info.residual:
         raise SpecError("init.name", f"{spec.init.name} multiplies each residual branch by a zero-initialised scalar, "
                                      f"so it needs a residual topology; choose a topology other than {spec.topology.name}")
 
@@ -132,7 +130,7 @@ INITS.register("fixup", "Fixup: He init scaled by L^(-1/(2m-2)) inside residual 
 
 
 def _needs_attention(spec) -> None:
-    if not MODELS[spec.model.name].extra.get("transformer"):
+    if not MODELS[spec.model.name].info.transformer:
         raise SpecError("init.name", f"{spec.init.name} sets the attention weights W_Q, W_K, W_V, W_O, and "
                                      f"{spec.model.name} has none; use model.name=gpt or vit")
 
@@ -207,7 +205,7 @@ def _scheme(name: str, params, model: nn.Module):
     """(fill function, its keyword arguments) for one scheme, with architecture counts where it needs them."""
     entry = INITS[name]
     kwargs = {k: v for k, v in params.items() if k != "overrides"}
-    if entry.extra.get("needs_architecture"):
+    if entry.info.needs_architecture:
         kwargs.update(_architecture(model))
     return entry.factory, kwargs
 
@@ -220,7 +218,7 @@ def parse_overrides(text: str) -> dict[str, str]:
         if role not in WEIGHT_ROLES:
             raise SpecError("init.overrides", f"{role!r} is not a weight role; use one of {', '.join(WEIGHT_ROLES)}")
         INITS.lookup(name, "init.overrides")
-        if INITS[name].extra.get("gates") or INITS[name].extra.get("attention"):
+        if INITS[name].info.gates or INITS[name].info.attention:
             raise SpecError("init.overrides", f"{name} changes the architecture or sets several weights jointly and "
                                               "cannot be a per-role override; choose it as init.name instead")
         found[role] = name
@@ -230,7 +228,7 @@ def parse_overrides(text: str) -> dict[str, str]:
 def check_init(spec) -> None:
     """Checks of an init section against the rest of the spec."""
     parse_overrides(spec.init.overrides)
-    check = INITS[spec.init.name].extra.get("check")
+    check = INITS[spec.init.name].info.check
     if check:
         check(spec)
 
@@ -241,7 +239,7 @@ def initialize(model: nn.Module, section, seed: int) -> None:
     main = _scheme(section.name, section.params, model)
     overrides = parse_overrides(section.overrides)
     schemes = {role: _scheme(name, INITS[name].defaults(), model) for role, name in overrides.items()}
-    joint = INITS[section.name].extra.get("attention")
+    joint = INITS[section.name].info.attention
     gen = torch.Generator().manual_seed(seed)
     params = dict(model.named_parameters())
     modules = dict(model.named_modules())
@@ -267,6 +265,6 @@ def initialize(model: nn.Module, section, seed: int) -> None:
     for module in model.modules():
         if isinstance(module, Topology):
             module.init_gates(gate_gen)
-    finalize = INITS[section.name].extra.get("finalize")
+    finalize = INITS[section.name].info.finalize
     if finalize:
         finalize(model)

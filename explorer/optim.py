@@ -68,7 +68,7 @@ def soap(groups, lr, weight_decay, beta1, beta2, precondition_frequency):
 
 
 def is_full_batch(section) -> bool:
-    return bool(OPTIMIZERS[section.name].extra.get("full_batch"))
+    return OPTIMIZERS[section.name].info.full_batch
 
 
 def build_optimizer(model: torch.nn.Module, section, steps: int):

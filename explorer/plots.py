@@ -3,7 +3,9 @@
 Every function here is a pure function of plain Python / numpy inputs (so it does not depend
 on the rest of the package) and returns a `plotly.graph_objects.Figure`; nothing here trains,
 probes or decomposes anything, it only lays out numbers that were computed elsewhere. The
-Streamlit app and the notebooks share these builders so a figure looks the same in both.
+Streamlit app and the notebooks share these builders so a figure looks the same in both. A probe's
+figures are declared beside the probe with `figure_for` (this module imports no probe); `probe_figures`
+looks them up, and draws a probe that declared none as a table of its numbers.
 
 Conventions shared by every figure:
 
@@ -32,7 +34,7 @@ from __future__ import annotations
 import importlib.util
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
@@ -42,6 +44,7 @@ from plotly.subplots import make_subplots
 
 __all__ = [
     "PALETTE",
+    "PROBE_FIGURES",
     "attention_maps",
     "coefficient_basis",
     "coefficient_heatmap",
@@ -49,10 +52,12 @@ __all__ = [
     "dead_weights",
     "export",
     "figure_bundle",
+    "figure_for",
     "log_singular_value_histograms",
     "loss_curves",
     "notebook_mode",
     "norms_by_layer",
+    "numbers_table",
     "pca_grid",
     "probe_figures",
     "rank_plot",
@@ -754,59 +759,64 @@ def state_labels(indices: Any) -> list[str]:
     return ["input" if int(b) == 0 else f"block {int(b)}" for b in np.asarray(indices).reshape(-1)]
 
 
-def probe_figures(name: str, result: Mapping[str, Any], label: str = "") -> list[go.Figure]:
-    """The standard figures of one probe's result (what `explorer.probe(model, x, name)` returns).
+#: probe name -> `draw(result, head) -> [figures]`, declared beside each probe with `figure_for`.
+PROBE_FIGURES: dict[str, Callable[[dict[str, np.ndarray], str], list[go.Figure]]] = {}
+_TABLE_VALUES = 12  # the generic table shows this many values of an array, then how many there are
 
-    jacobian: input-output Jacobian spectra (first inputs); weights: spectra and numerical ranks of
-    every weight matrix; norms: relative norms by block; dead: dead-weight fraction per matrix;
-    attention: attention maps (blocks x heads); coefficients: the shortcut heatmap (learned
-    coefficients for a learnable topology, else unrolled; `coefficient_basis`);
-    param-jacobian: parameter- and input-Jacobian spectra; pca: the input images above their PCA
-    feature maps per block, and the dense-probe mIoU per block. `label` (e.g. the run's name)
-    prefixes each title. Blocks are labelled as the module docstring says.
+
+def figure_for(probe: str) -> Callable:
+    """Decorator: `draw(result, head)` is probe `probe`'s figure builder (`probe_figures` calls it).
+
+    `result` is the probe's result with every value a numpy array; `head` ("step 40: " or "") prefixes each
+    title. The probe's module declares it beside the probe, so a probe and its figures live in one place.
     """
+
+    def add(draw: Callable[[dict[str, np.ndarray], str], list[go.Figure]]) -> Callable:
+        if probe in PROBE_FIGURES:
+            raise ValueError(f"probe {probe!r} has its figures declared twice")
+        PROBE_FIGURES[probe] = draw
+        return draw
+
+    return add
+
+
+def probe_figures(name: str, result: Mapping[str, Any], label: str = "") -> list[go.Figure]:
+    """The figures of one probe's result (what `explorer.probe(model, x, name)` returns), from the builder the
+    probe declared with `figure_for`; a probe that declared none gets `numbers_table` of its result, so a new
+    probe is shown before anyone draws it. `label` (e.g. the run's name) prefixes each title."""
     head = f"{label}: " if label else ""
     r = {key: np.asarray(value) for key, value in result.items()}
-    if name == "jacobian":
-        sv = r["singular_values"]
-        curves = {f"input {i}": sv[i] for i in range(min(4, len(sv)))}
-        return [spectra(curves, f"{head}input-output Jacobian spectrum (mean χ = {r['chi'].mean():.4g})")]
-    if name == "weights":
-        names = [str(n) for n in r["names"]]
-        curves = {n: r["singular_values"][i] for i, n in enumerate(names[:12])}
-        full = r["shapes"].min(axis=1)
-        return [spectra(curves, f"{head}weight spectra" + (" (first 12 matrices)" if len(names) > 12 else "")),
-                rank_plot(names, r["rank"], full, f"{head}numerical rank of each weight matrix")]
-    if name == "norms":
-        curves = {"output ||y_l|| / ||x_0||": r["relative_output_norm"], "input ||in_l|| / ||x_0||": r["relative_input_norm"]}
-        return [norms_by_layer(curves, f"{head}norms by block, relative to the embedded input", log_y=True,
-                               labels=[str(n) for n in r["labels"]] if "labels" in r else None)]
-    if name == "dead":
-        return [dead_weights([str(n) for n in r["names"]], r["dead_weights"], r["total_weights"],
-                             f"{head}dead weights (entries whose loss gradient is exactly 0)")]
-    if name == "attention":
-        return [attention_maps(r["maps"], f"{head}attention maps (rows: blocks, columns: heads; "
-                                          f"mean κ = {np.nanmean(r['kappa']):.3g})")]
-    if name == "coefficients":
-        basis = coefficient_basis(r)
-        what = "learned coefficients (own basis)" if basis == "own" else "unrolled: who feeds whom"
-        return [coefficient_heatmap(r[basis], f"{head}shortcut coefficients ({what})", log_ratio=basis == "log_ratio",
-                                    blocks=r.get("blocks"))]
-    if name == "param-jacobian":
-        curves = {"parameter Jacobian": r["param_singular_values"], "input Jacobian": r["input_singular_values"]}
-        return [spectra(curves, f"{head}sub-block Jacobian spectra (κ params {float(r['param_kappa']):.3g}, "
-                                f"κ input {float(r['input_kappa']):.3g})")]
-    if name == "pca":
-        rgb = r["rgb"][:, :4]
-        inputs = r["images"][:rgb.shape[1]] if "images" in r else None  # results recorded before it had images
-        figs = [pca_grid(rgb, state_labels(r["blocks"]), [f"image {i + 1}" for i in range(rgb.shape[1])],
-                         f"{head}PCA feature maps (first 3 components as RGB)", inputs=inputs)]
-        if "miou" in r and np.isfinite(r["miou"]).any():
-            figs.append(norms_by_layer({"dense-probe mIoU": r["miou"]}, f"{head}dense linear probe mIoU by block",
-                                       ylabel="mIoU", labels=state_labels(range(len(r["miou"])))))
-        return figs
-    raise ValueError(f"no figure for probe {name!r}; known: jacobian, weights, norms, dead, attention, "
-                     "coefficients, param-jacobian, pca")
+    draw = PROBE_FIGURES.get(name)
+    if draw is None:
+        return [numbers_table(r, f"{head}{name} probe: its numbers (it declares no figure)")]
+    return draw(r, head)
+
+
+def numbers_table(result: Mapping[str, Any], title: str) -> go.Figure:
+    """Any probe result as a table: each quantity, its shape and its first values (4 significant digits)."""
+    names, shapes, values = [], [], []
+    for key, value in result.items():
+        arr = np.asarray(value)
+        flat = arr.reshape(-1)
+        shown = ", ".join(_table_value(v) for v in flat[:_TABLE_VALUES])
+        if flat.size > _TABLE_VALUES:
+            shown += f", ... ({flat.size} values)"
+        names.append(str(key))
+        shapes.append(" x ".join(str(n) for n in arr.shape) or "scalar")
+        values.append(shown)
+    fig = go.Figure(go.Table(
+        columnwidth=[2, 1, 6],
+        header=dict(values=["quantity", "shape", "values"], align="left"),
+        cells=dict(values=[names, shapes, values], align="left"),
+    ))
+    return _finish(fig, title)
+
+
+def _table_value(value: Any) -> str:
+    number = value.item() if isinstance(value, np.generic) else value
+    if isinstance(number, float):
+        return f"{number:.4g}"
+    return str(number)
 
 
 # --------------------------------------------------------------------------- export

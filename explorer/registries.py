@@ -1,9 +1,12 @@
 """Named choices (datasets, models, topologies, ...) and the typed parameters each one takes.
 
 Every choice a spec can name lives in a `Registry`. An `Entry` carries a one-line
-description, the `Param`s it accepts (type, default, range, help) and the factory that
-builds it. The spec validates against these declarations, the CLI lists them, and the
-app generates its widgets from them, so a new entry needs no change anywhere else.
+description, the `Param`s it accepts (type, default, range, help), the factory that
+builds it and its typed metadata: one frozen dataclass per kind (`TopologyInfo`,
+`ModelInfo`, ...), whose fields are the questions other code asks of an entry (does this
+topology need a Transformer? how many blocks does this model have?). The spec validates
+against these declarations, the CLI lists them, and the app generates its widgets from
+them, so a new entry needs no change anywhere else.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import difflib
 import math
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from typing import Any
 
 
@@ -143,15 +146,91 @@ def _to_float(value: Any, path: str) -> float:
     return number
 
 
+# --------------------------------------------------------------------------------------
+# typed metadata: what an entry of each kind declares beside its parameters
+# --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A dataset's metadata."""
+
+    dims: Callable[[dict], tuple]  # params -> (input shape, output dim, task), without generating the data
+    check: Callable[[dict], None] | None = None  # params -> None, or SpecError (e.g. a file that is missing)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A model's metadata."""
+
+    n_blocks: Callable[[dict, Any], int]  # (model params, topology section) -> blocks the topology spans
+    check: Callable[[Any, Any], None] | None = None  # (spec, data dims) -> None, or SpecError
+    transformer: bool = False  # has attention: Transformer-only topologies and attention inits apply
+
+
+@dataclass(frozen=True)
+class TopologyInfo:
+    """A topology's metadata: what the spec checks and the model builders ask before one is built.
+
+    `examples` are the parameter values the tests run it with (each over its defaults; each fits a
+    stack of two blocks), so a new topology is under every topology test without editing one.
+    """
+
+    check: Callable[[dict, int], None] | None = None  # (params, n_blocks) -> None, or SpecError
+    examples: tuple[dict, ...] = ({},)
+    residual: bool = True  # has a skip path (ReZero and SkipInit gate residual branches, so they need one)
+    shareable: bool = False  # one instance may serve several stacks (its parameters do not depend on the block count)
+    transformer_only: bool = False  # defined only on Transformer blocks
+    level: str | None = None  # Transformers: "module" if it always acts between attention and MLP sub-blocks
+    separate_qkv_inputs: bool = False  # feeds each Transformer block separate query, key and value inputs
+    layer_residual: bool = False  # on whole residual layers it keeps each layer's own residual (factory keyword)
+
+
+@dataclass(frozen=True)
+class InitInfo:
+    """An initialisation scheme's metadata."""
+
+    check: Callable[[Any], None] | None = None  # spec -> None, or SpecError
+    gates: bool = False  # adds a zero-initialised scalar gate on every residual branch (changes the architecture)
+    attention: Callable[..., tuple[str, ...]] | None = None  # (attention module, gen, **params) -> names it filled
+    finalize: Callable[[Any], Any] | None = None  # model -> anything; runs once every parameter is filled
+    needs_architecture: bool = False  # the fill function also receives n_branches and layers_per_branch
+
+
+@dataclass(frozen=True)
+class OptimizerInfo:
+    """An optimizer's metadata."""
+
+    full_batch: bool = False  # every step uses the whole training set
+
+
+@dataclass(frozen=True)
+class ProbeInfo:
+    """A probe's metadata."""
+
+    tensors: Mapping[str, str] = field(default_factory=dict)  # options that take a tensor: {name: help}
+
+
+@dataclass(frozen=True)
+class PresetInfo:
+    """A preset's metadata."""
+
+    paper: str  # the id of the paper whose experiment it is
+
+
+# kind -> its metadata class, in the order the CLI lists the kinds
+INFO = {"datasets": DatasetInfo, "models": ModelInfo, "topologies": TopologyInfo, "inits": InitInfo,
+        "optimizers": OptimizerInfo, "presets": PresetInfo, "probes": ProbeInfo}
+KINDS = tuple(INFO)
+
+
 @dataclass(frozen=True)
 class Entry:
-    """A named choice: description, parameters and the factory that builds it."""
+    """A named choice: description, parameters, the factory that builds it and its typed metadata."""
 
     name: str
     description: str
     params: tuple[Param, ...]
     factory: Callable[..., Any]
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    info: Any  # the kind's metadata class (INFO[kind])
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -173,25 +252,48 @@ class Registry(Mapping[str, Entry]):
     def __init__(self, kind: str, common: tuple[Param, ...] = ()):
         self.kind = kind
         self.common = common  # parameters every entry of this kind accepts
+        self.info_type = INFO[kind]
         self._entries: dict[str, Entry] = {}
         _BY_KIND[kind] = self
 
     def register(self, name: str, description: str, params: tuple[Param, ...] = (),
-                 defaults: Mapping[str, Any] | None = None, **extra: Any):
-        """Decorator: register `factory` under `name`; `defaults` overrides common parameters' defaults."""
+                 defaults: Mapping[str, Any] | None = None, **info: Any):
+        """Decorator: register `factory` under `name`; `defaults` overrides common parameters' defaults and
+        the keywords `info` are the kind's metadata fields (TypeError naming an unknown or missing one)."""
         common = tuple(dataclasses.replace(p, default=defaults[p.name]) if defaults and p.name in defaults else p
                        for p in self.common)
+        metadata = self.make_info(name, info)
 
         def add(factory: Callable[..., Any]) -> Callable[..., Any]:
-            self.add(Entry(name, description, common + tuple(params), factory, extra))
+            self.add(Entry(name, description, common + tuple(params), factory, metadata))
             return factory
 
         return add
 
+    def make_info(self, name: str, info: Mapping[str, Any]):
+        """This kind's metadata for entry `name` from keywords; an unknown or missing field is a TypeError."""
+        fields = dataclasses.fields(self.info_type)
+        valid = [f.name for f in fields]
+        for key in info:
+            if key not in valid:
+                raise TypeError(f"{self.kind} entry {name!r}: unknown metadata {key!r}; valid: {', '.join(valid) or 'none'}")
+        missing = [f.name for f in fields if f.default is MISSING and f.default_factory is MISSING and f.name not in info]
+        if missing:
+            raise TypeError(f"{self.kind} entry {name!r}: metadata {', '.join(map(repr, missing))} is required "
+                            f"({self.info_type.__name__})")
+        return self.info_type(**info)
+
     def add(self, entry: Entry) -> None:
+        if not isinstance(entry.info, self.info_type):
+            raise TypeError(f"{self.kind} entry {entry.name!r}: its metadata must be a {self.info_type.__name__}, "
+                            f"got {type(entry.info).__name__}")
         if entry.name in self._entries:
             raise ValueError(f"{self.kind}: {entry.name!r} is registered twice")
         self._entries[entry.name] = entry
+
+    def unregister(self, name: str) -> None:
+        """Remove the entry `name` (a test's own entry, once the test is done); KeyError if there is none."""
+        del self._entries[name]
 
     def lookup(self, name: Any, path: str) -> Entry:
         """The entry called `name`, or a SpecError listing the valid names."""
@@ -216,9 +318,6 @@ class Registry(Mapping[str, Entry]):
 
     def __len__(self) -> int:
         return len(self._entries)
-
-
-KINDS = ("datasets", "models", "topologies", "inits", "optimizers", "presets", "probes")
 
 
 def registry(kind: str) -> Registry:

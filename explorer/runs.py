@@ -7,7 +7,10 @@ Layout, under `EXPLORER_HOME` (default ~/.explorer):
     locks/<run_id>.lock       held (flock) by the process training that run; holds its pid and host
 
 A missing or empty runs.sqlite beside existing checkpoints is an error, never a fresh store over them;
-`check_store` (`explorer runs check`) says what is in a store and what is wrong with it.
+`check_store` (`explorer runs check`) says what is in a store and what is wrong with it. A run whose row does
+not decode (its JSON damaged) is skipped by `list` and named by the listing's `notice()`; reading it alone
+raises DamagedRun. A write the disk refuses (full, read-only, locked) raises StoreWriteError, and a
+StoreRecorder that meets one marks its run `error` with the reason (where the store still takes that write).
 
 Why SQLite: many processes (a sweep, a notebook, the CLI) can write and read at once. WAL mode lets
 readers run beside a writer, `busy_timeout` makes concurrent writers wait instead of failing, and every
@@ -35,7 +38,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,33 @@ class UnknownRun(SpecError):
 
 class StoreError(RuntimeError):
     """The store itself is unusable here (e.g. written by a newer explorer with a newer schema, or damaged)."""
+
+
+class DamagedRun(StoreError):
+    """One run whose stored row is not what explorer writes (JSON that does not parse, or of the wrong shape):
+    the rest of the store reads on; this one can only be deleted."""
+
+    def __init__(self, run_id: Any, what: str):
+        self.run_id, self.what = str(run_id), what
+        super().__init__(f"run {self.run_id[:12]} is damaged in the store ({what}); delete it with "
+                         f"`explorer runs delete {self.run_id[:12]}`")
+
+
+class StoreWriteError(StoreError):
+    """A write the store could not make: the disk is full, the store is read-only, or another process holds it
+    locked past the busy timeout."""
+
+
+def write_failed(error: Exception) -> StoreWriteError:
+    """The one-line error for a refused write: SQLite's or the system's reason, never a path or a traceback."""
+    if isinstance(error, OSError):
+        reason = error.strerror or type(error).__name__
+    elif isinstance(error, sqlite3.Error):
+        reason = str(error)
+    else:  # torch.save's RuntimeError quotes its C++ source; its cause is the file write
+        reason = "a checkpoint file could not be written"
+    return StoreWriteError(f"the run store could not be written ({reason}); free disk space or make EXPLORER_HOME "
+                           "writable, then see `explorer runs check`")
 
 
 def damaged_database(db_path: Path, error: Exception) -> StoreError:
@@ -238,6 +268,23 @@ def home() -> Path:
     return Path(os.environ.get("EXPLORER_HOME") or Path.home() / ".explorer").expanduser()
 
 
+class Listing(list):
+    """The records `RunStore.list` read, newest first, and in `skipped` a DamagedRun for each row it could not."""
+
+    def __init__(self, records: Iterable[dict] = ()):
+        super().__init__(records)
+        self.skipped: list[DamagedRun] = []
+
+    def notice(self) -> str | None:
+        """One line naming the skipped runs and what to do about them, or None when none was skipped."""
+        if not self.skipped:
+            return None
+        shown = "; ".join(f"{damaged.run_id[:12]}: {damaged.what}" for damaged in self.skipped[:3])
+        more = f"; and {len(self.skipped) - 3} more" if len(self.skipped) > 3 else ""
+        return (f"{len(self.skipped)} damaged run(s) not listed ({shown}{more}); `explorer runs delete ID` removes "
+                "one, `explorer runs check` names them all")
+
+
 class RunStore:
     """Runs, histories, probe results and checkpoints under one directory (default: `home()`).
 
@@ -310,13 +357,22 @@ class RunStore:
     def _tx(self):
         """One write transaction, holding the write lock from its start (no read-to-write upgrade deadlock)."""
         conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as error:  # read-only, locked past the busy timeout
+            raise write_failed(error) from None
         try:
             yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
+            conn.execute("COMMIT")
+        except BaseException as error:
+            if conn.in_transaction:  # SQLite has already rolled back after some failures (disk full, I/O)
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            if isinstance(error, sqlite3.OperationalError):
+                raise write_failed(error) from None
             raise
-        conn.execute("COMMIT")
 
     def _migrate(self) -> None:
         """Switch to WAL mode and apply the migrations this database lacks, each in its own transaction."""
@@ -422,17 +478,20 @@ class RunStore:
         _check_state(state)
         if not self._exists(run_id):
             raise UnknownRun(run_id)
-        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         final = self.checkpoint_path(run_id)
         tmp = final.with_name(f".{run_id}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
         try:
+            self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as f:
                 torch.save(dict(state), f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, final)
+        except (OSError, RuntimeError) as error:  # disk full or read-only (torch.save says so as a RuntimeError)
+            raise write_failed(error) from None
         finally:
-            tmp.unlink(missing_ok=True)
+            with suppress(OSError):
+                tmp.unlink(missing_ok=True)
         with self._tx() as tx:
             tx.execute("UPDATE runs SET updated = ? WHERE id = ?", (time.time(), run_id))
         return final
@@ -492,11 +551,35 @@ class RunStore:
 
     @staticmethod
     def _row(row: sqlite3.Row) -> dict[str, Any]:
+        """A runs row as a record, its JSON decoded; DamagedRun when it is not what `create` and `set_status` write."""
         record = dict(row)
-        record["spec"] = _loads(record["spec"])
-        for key in _JSON_FIELDS:
-            record[key] = _loads(record[key])
+        for key in ("id", "status"):
+            if not isinstance(record[key], str):
+                raise DamagedRun(record["id"], f"its {key} is not text")
+        for key in ("created", "updated", "steps_done"):
+            if not isinstance(record[key], (int, float)):
+                raise DamagedRun(record["id"], f"its {key} is not a number")
+        for key in ("spec", *_JSON_FIELDS):
+            try:
+                record[key] = _loads(record[key])
+            except (ValueError, TypeError, RecursionError):
+                raise DamagedRun(record["id"], f"its {key} is not valid JSON") from None
+            if not isinstance(record[key], dict) and (key == "spec" or record[key] is not None):
+                raise DamagedRun(record["id"], f"its {key} is not a JSON object")
+        if not all(isinstance(section, dict) for section in record["spec"].values()):
+            raise DamagedRun(record["id"], "its spec has a section that is not a JSON object")
         return record
+
+    @staticmethod
+    def _rows(run_id: str, what: str, rows: Iterable[tuple]) -> list:
+        """Decode the JSON in the last column of each (key..., text) row of one run's history or probes."""
+        decoded = []
+        for *key, text in rows:
+            try:
+                decoded.append((*key, json.loads(text)))
+            except (ValueError, TypeError, RecursionError):
+                raise DamagedRun(run_id, f"its {what} at step {key[0]} is not valid JSON") from None
+        return decoded
 
     def get(self, run_id: str, arrays: bool = True) -> dict[str, Any]:
         """Everything about one run: its fields, spec (dict), environment, history rows and probe results.
@@ -511,10 +594,11 @@ class RunStore:
             try:
                 run_id = self._resolve(conn, run_id)
                 record = self._row(conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone())
-                record["history"] = [json.loads(r[0]) for r in conn.execute(
-                    "SELECT metrics FROM history WHERE run_id = ? ORDER BY step", (run_id,))]
-                probes = [{"step": r[0], "name": r[1], "result": json.loads(r[2])} for r in conn.execute(
-                    "SELECT step, name, result FROM probes WHERE run_id = ? ORDER BY step, name", (run_id,))]
+                record["history"] = [metrics for _, metrics in self._rows(run_id, "history row", conn.execute(
+                    "SELECT step, metrics FROM history WHERE run_id = ? ORDER BY step", (run_id,)))]
+                probes = [{"step": step, "name": name, "result": result} for step, name, result in self._rows(
+                    run_id, "probe result", conn.execute(
+                        "SELECT step, name, result FROM probes WHERE run_id = ? ORDER BY step, name", (run_id,)))]
             finally:
                 conn.execute("COMMIT")
         finally:
@@ -530,8 +614,10 @@ class RunStore:
 
         return ExperimentSpec.from_dict(self.get(run_id)["spec"])
 
-    def list(self, status: str | None = None, limit: int | None = None, label: str | None = None) -> list[dict]:
-        """Runs newest first, without histories (each with `history_rows`, its number of history rows)."""
+    def list(self, status: str | None = None, limit: int | None = None, label: str | None = None) -> Listing:
+        """Runs newest first, without histories (each with `history_rows`, its number of history rows).
+
+        A damaged row is skipped (it still counts towards `limit`); the listing's `notice()` names it."""
         where, params = [], []
         if status is not None:
             where.append("status = ?")
@@ -546,10 +632,16 @@ class RunStore:
             params.append(int(limit))
         conn = self._conn()
         conn.row_factory = sqlite3.Row
+        listing = Listing()
         try:
-            return [self._row(row) for row in conn.execute(sql, params)]
+            for row in conn.execute(sql, params):
+                try:
+                    listing.append(self._row(row))
+                except DamagedRun as damaged:
+                    listing.skipped.append(damaged)
         finally:
             conn.row_factory = None
+        return listing
 
     # ---- export ---------------------------------------------------------------------------------
     def export(self, run_id: str, path: str | os.PathLike) -> Path:
@@ -582,8 +674,9 @@ class RunStore:
 
 def check_store(root: str | os.PathLike | None = None) -> tuple[list[str], list[str]]:
     """(facts, problems) about the store under `root` (default EXPLORER_HOME), read without changing it:
-    whether runs.sqlite is there, sound and of a known schema, how many runs it holds, checkpoints that
-    belong to no run or do not load, and runs marked running that no process is training."""
+    whether runs.sqlite is there, sound and of a known schema, how many runs it holds, runs whose rows are
+    damaged, checkpoints that belong to no run or do not load, and runs marked running that no process is
+    training (with how to resume them where a checkpoint can)."""
     import torch
 
     root = Path(root).expanduser() if root is not None else home()
@@ -592,6 +685,7 @@ def check_store(root: str | os.PathLike | None = None) -> tuple[list[str], list[
     files = sorted(checkpoints.glob("*.pt")) if checkpoints.is_dir() else []
     ids: set[str] | None = None  # None: the database could not be read
     running: list[str] = []
+    damaged: list[DamagedRun] = []
     if not db.exists() or db.stat().st_size == 0:
         state = "missing" if not db.exists() else "empty (0 bytes)"
         (problems if files else facts).append(f"{db} is {state}" + (f", but {len(files)} checkpoint(s) are in "
@@ -603,7 +697,9 @@ def check_store(root: str | os.PathLike | None = None) -> tuple[list[str], list[
                 verdict = conn.execute("PRAGMA integrity_check").fetchone()[0]
                 version = RunStore._version(conn)
                 ids = {row[0] for row in conn.execute("SELECT id FROM runs")}
-                running = [row[0] for row in conn.execute("SELECT id FROM runs WHERE status = 'running'")]
+                damaged = _damaged_runs(conn)
+                running = [row[0] for row in conn.execute("SELECT id FROM runs WHERE status = 'running'")
+                           if row[0] not in {d.run_id for d in damaged}]
             finally:
                 conn.close()
         except sqlite3.DatabaseError as error:
@@ -615,6 +711,8 @@ def check_store(root: str | os.PathLike | None = None) -> tuple[list[str], list[
                                 "still shows, then move it aside")
             if version > schema_version():
                 problems.append(f"{db} has schema version {version}; upgrade explorer to read it")
+            problems += [str(d) for d in damaged]
+    resumable: set[str] = set()
     for path in files:
         run_id = path.stem
         if ids is not None and run_id not in ids:
@@ -628,13 +726,40 @@ def check_store(root: str | os.PathLike | None = None) -> tuple[list[str], list[
                 raise TypeError(type(state).__name__)
         except Exception as error:
             problems.append(str(damaged_checkpoint(path, error)))
+        else:
+            if "optimizer" in state:  # what `resume` needs
+                resumable.add(run_id)
     facts.append(f"checkpoints {len(files)} in {checkpoints}")
     store = _Unopened(root)
     for run_id in running:
         if RunLock(store, run_id).held_elsewhere() is None:
-            facts.append(f"run {run_id[:12]} is marked running but no process trains it: "
-                         f"`explorer runs resume {run_id[:12]}` continues it")
+            facts.append(f"run {run_id[:12]} is marked running but no process trains it: " + (
+                f"`explorer runs resume {run_id[:12]}` continues it" if run_id in resumable else
+                f"it has no checkpoint to resume from, so it stays as recorded (`explorer runs delete {run_id[:12]}` "
+                "removes it)"))
     return facts, problems
+
+
+def _damaged_runs(conn: sqlite3.Connection) -> list[DamagedRun]:
+    """One DamagedRun for each run whose row, history or probe results do not decode as `RunStore.get` reads them."""
+    found: dict[str, DamagedRun] = {}
+    conn.row_factory = sqlite3.Row
+    try:
+        for row in conn.execute("SELECT * FROM runs"):
+            try:
+                RunStore._row(row)
+            except DamagedRun as damaged:
+                found[damaged.run_id] = damaged
+    finally:
+        conn.row_factory = None
+    for table, what, column in (("history", "history row", "metrics"), ("probes", "probe result", "result")):
+        for run_id, step, text in conn.execute(f"SELECT run_id, step, {column} FROM {table}"):
+            if str(run_id) not in found:
+                try:
+                    RunStore._rows(run_id, what, [(step, text)])
+                except DamagedRun as damaged:
+                    found[damaged.run_id] = damaged
+    return list(found.values())
 
 
 class _Unopened:
@@ -728,6 +853,23 @@ class StoreRecorder:
         self._lock: RunLock | None = None
 
     def __call__(self, event) -> None:
+        try:
+            self._record(event)
+        except StoreWriteError as error:
+            self.fail(str(error), event.run)
+            raise
+
+    def fail(self, reason: str, run=None) -> None:
+        """Mark the run `error` with `reason` (in its final metrics, beside the last ones `run` logged), where the
+        store still takes the write, and let go of it. For a write that failed, or training that raised."""
+        if self.run_id is not None:
+            final = {**((run.final or {}) if run is not None else {}), "error": reason}
+            progress = {} if run is None else {"steps_done": run.steps_done, "wall_time": run.wall_time}
+            with suppress(StoreError, sqlite3.Error):
+                self.store.set_status(self.run_id, "error", final=final, **progress)
+        self.release()
+
+    def _record(self, event) -> None:
         run = event.run
         if event.kind == "start":
             self._steps = {row["step"] for row in run.history}

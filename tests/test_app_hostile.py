@@ -3,6 +3,7 @@
 import os
 import pickle
 import re
+import time
 
 import pytest
 import explorer
@@ -111,3 +112,80 @@ def test_an_oversized_spec_upload_is_refused(open_page):
     at.run()  # the form loaded from the upload is validated on the next run
     assert any("EXPLORER_MAX_DATA_MB" in plain(e.value) for e in at.error)
     assert at.button(key="train-start").disabled
+
+
+def a_store_with_a_damaged_row(column: str) -> tuple[str, str]:
+    """(good id, damaged id): two runs recorded, then one's `column` overwritten with text that is not JSON."""
+    import sqlite3
+
+    store = explorer.RunStore()
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 3, "train.steps": 4, "train.log_every": 2})
+    bad = store.create(spec, label="damaged", status="finished")
+    good = store.create(spec, label="sound", status="finished")
+    with sqlite3.connect(store.db_path) as conn:
+        conn.execute(f"UPDATE runs SET {column} = '{{not json' WHERE id = ?", (bad,))
+    conn.close()
+    return good, bad
+
+
+@pytest.mark.parametrize("column", ["spec", "final"])
+@pytest.mark.parametrize("page, everything", [("inside", "inside-all"), ("compare", "compare-all-runs")])
+def test_a_damaged_row_is_skipped_with_a_one_line_notice(open_page, column, page, everything):
+    """Inside and Compare list the other runs and say which one they left out, in the session's own view too."""
+    good, bad = a_store_with_a_damaged_row(column)
+    at = open_page(page)
+    for toggle in (False, True):
+        at.toggle(key=everything).set_value(toggle).run()
+        assert not at.exception
+        [notice] = [plain(w.value) for w in at.warning if bad[:12] in plain(w.value)]
+        assert "explorer runs delete" in notice and "\n" not in notice
+    listed = at.selectbox(key="inside-run").options if page == "inside" else at.multiselect(key="compare-runs").options
+    assert any(good[:6] in option for option in listed) and not any(bad[:6] in option for option in listed)
+
+
+@pytest.mark.parametrize("page", ["train", "compare", "inside"])
+def test_a_store_that_cannot_open_is_one_line_naming_explorer_home(open_page, explorer_home, page):
+    """An empty runs.sqlite beside checkpoints is not replaced; each page says so once, without the server's
+    folders, and never shows Streamlit's error box, on load or on a rerun."""
+    (explorer_home / "checkpoints").mkdir()
+    (explorer_home / "checkpoints" / ("a" * 32 + ".pt")).write_bytes(b"a checkpoint")
+    (explorer_home / "runs.sqlite").write_bytes(b"")
+    at = open_page(page)
+    for _ in range(2):
+        assert not at.exception
+        [error] = [plain(e.value) for e in at.error]
+        assert "EXPLORER_HOME" in error and "empty" in error and str(explorer_home) not in error
+        at.run()
+    assert (explorer_home / "runs.sqlite").stat().st_size == 0
+
+
+def test_train_on_a_store_that_cannot_open_is_one_line_in_a_browser(tmp_path):
+    """The same in a real browser (Streamlit + Playwright + Debian's Chromium), on load and on reload: the
+    queue's warm-up after the page, outside its handler, shows no exception box either."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import app_responsiveness as browsing
+
+    missing = [what for what, ok in (("Chromium", Path(browsing.CHROMIUM).exists()),
+                                     ("playwright", importlib.util.find_spec("playwright") is not None)) if not ok]
+    if missing and os.environ.get("CI") != "true":
+        pytest.skip(f"needs {' and '.join(missing)} (apt-get install chromium; pip install playwright)")
+    assert not missing, f"CI needs {' and '.join(missing)} for the browser test"
+    home = tmp_path / "home"
+    (home / "checkpoints").mkdir(parents=True)
+    (home / "checkpoints" / ("a" * 32 + ".pt")).write_bytes(b"a checkpoint")
+    (home / "runs.sqlite").write_bytes(b"")
+    errors = "[data-testid='stAlertContentError']"
+    with browsing.serve(home, entry="streamlit_app.py") as base, browsing.browser(tmp_path / "profile") as page:
+        for load in (page.goto, lambda _: page.reload()):
+            load(base)
+            page.wait_for_function(f"() => document.querySelector(\"{errors}\") && {browsing.NOT_RUNNING}",
+                                   timeout=60_000)
+            time.sleep(3)  # a moment for what the script run draws after the page (the workers' warm-up)
+            shown = page.locator(errors).all_inner_texts()
+            assert browsing.exceptions(page) == 0
+            assert len(shown) == 1 and "EXPLORER_HOME" in shown[0] and str(home) not in shown[0], shown
+    assert (home / "runs.sqlite").stat().st_size == 0

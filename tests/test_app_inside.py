@@ -1,10 +1,12 @@
 """The Inside page (AppTest): probing a stored run's weights and scrubbing its recorded probes."""
 
+import inspect
 import json
 
 import numpy as np
 
 import explorer
+from explorer.nn import reference
 from conftest import plotly_array
 
 
@@ -36,6 +38,18 @@ def test_probes_read_the_stored_weights(open_page):
     assert np.isfinite(y).sum() > 0
     assert np.allclose(y[np.isfinite(y)], expected["singular_values"][0][np.isfinite(y)], rtol=1e-5)
     assert any("norms by block" in s["layout"]["title"]["text"] for s in spectra)
+
+
+def test_the_code_this_model_runs_shows_its_topology_mixing(open_page):
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 3, "train.steps": 2, "train.log_every": 1})
+    stored_run(spec)
+    at = open_page("inside")
+    at.toggle(key="inside-all").set_value(True).run()
+    assert not at.exception
+    shown = [c.value.strip() for c in next(e for e in at.expander if e.label == "The code this model runs").code]
+    assert inspect.getsource(reference.mixing_of(spec.topology.name)).strip() in shown
+    assert inspect.getsource(reference.mixing_of("cascaded")).strip() not in shown
+    assert inspect.getsource(reference.forward_of(spec.model.name)).strip() in shown
 
 
 def test_a_probe_that_does_not_apply_is_a_warning(open_page):

@@ -1,6 +1,7 @@
 """The app's background jobs (in worker processes), server limits and upload rules (no Streamlit needed)."""
 
 import os
+import pickle
 import signal
 import threading
 import time
@@ -10,7 +11,7 @@ import pytest
 import explorer
 from explorer.settings import SettingError
 from explorer.nn.models import parameter_count
-from explorer_app import jobs, limits
+from explorer_app import jobs, limits, workers
 
 SPEC = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 4, "train.steps": 40, "train.log_every": 5})
 LONG = SPEC.with_values({"train.steps": 20000})
@@ -101,6 +102,98 @@ def test_a_job_out_of_line_waiting_for_its_worker_reads_starting():
     assert jobs.wait(job, 30).status == "error"
 
 
+class FakeWorker:
+    """A worker that says `script`'s messages to its job, then Free once its pool's `gate` is set."""
+
+    pid = None
+
+    def __init__(self, pool):
+        self.pool, self.alive, self.said = pool, True, list(pool.script)
+
+    def send(self, message) -> bool:
+        return True
+
+    def receive(self, timeout):
+        if self.said:
+            return self.said.pop(0)
+        return workers.Free() if self.pool.gate.wait(timeout) else None
+
+    def kill(self):
+        self.alive = False
+
+
+class FakePool:
+    """A worker pool of FakeWorkers, counting the jobs they run at once."""
+
+    backend = "local"
+
+    def __init__(self, *script):
+        self.script, self.gate = script, threading.Event()
+        self.busy, self.most, self.taken = 0, 0, []
+        self._lock = threading.Lock()
+
+    def take(self):
+        with self._lock:
+            self.busy += 1
+            self.most = max(self.most, self.busy)
+            self.taken.append(FakeWorker(self))
+            return self.taken[-1]
+
+    def give_back(self, worker):
+        with self._lock:
+            self.busy -= 1
+
+
+def test_queued_jobs_hold_no_thread_the_slots_run_them():
+    """However many jobs wait, the queue runs them on `max_jobs` threads (its slots), in submission order."""
+    before = set(threading.enumerate())
+    pool = FakePool()
+    queue = jobs.JobQueue(2, pool=pool, cores=2)
+    queued = [queue.submit(SPEC, f"job {i}", record=False) for i in range(8)]
+    wait_for(lambda: queue.counts() == (2, 6), timeout=30)
+    started = [thread for thread in set(threading.enumerate()) - before if thread.name.startswith(jobs.SLOT_THREAD)]
+    assert len(started) == 2
+    assert [job.view().status for job in queued[:2]] == ["running", "running"]
+    assert [job.view().queue_position for job in queued[2:]] == [1, 2, 3, 4, 5, 6]
+    queued[3].stop()  # leaves the line at once, without a slot
+    assert jobs.wait(queued[3], 30).status == "cancelled" and queue.counts() == (2, 5)
+    pool.gate.set()
+    assert [jobs.wait(job, 30).status for job in queued] == ["finished"] * 3 + ["cancelled"] + ["finished"] * 4
+    assert pool.most == 2 and len(pool.taken) == 7
+    after = [thread for thread in set(threading.enumerate()) - before if thread.name.startswith(jobs.SLOT_THREAD)]
+    assert len(after) <= 2
+
+
+def test_messages_travel_as_plain_data_and_unknown_ones_are_refused():
+    """A message goes over the pipe (and through Ray) as its class's name and plain fields, never as a class of
+    the app (a Ray node has no app). A message a side does not take is refused, naming it."""
+    logged = workers.Logged(row={"step": 5, "loss": 0.5}, probes={}, step=5, steps_done=5, steps_per_second=2.0,
+                            diverged_at=None, diverged_loss=None)
+    wire = workers.dump(logged)
+    assert workers.load(wire) == logged and b"explorer_app" not in wire
+    assert pickle.loads(pickle.dumps(logged)) == logged
+    with pytest.raises(workers.UnknownMessage, match="unknown message 'log'"):
+        workers.load(pickle.dumps(("log", {"row": {}})))
+    with pytest.raises(workers.UnknownMessage, match="tuple is not a message"):
+        workers.dump(("pause",))
+    with pytest.raises(workers.UnknownMessage, match="takes no Logged"):
+        workers._Controls().apply(logged)
+    train = jobs.TrainJob(SPEC, "t", {}, 50, None)
+    with pytest.raises(workers.UnknownMessage, match="train job takes no Progress"):
+        train.apply(workers.Progress(1, 2, "c", ""))
+    with pytest.raises(workers.UnknownMessage, match="claims job takes no Logged"):
+        jobs.ClaimsJob((("tau", "c"),), True, "c").apply(logged)
+    with pytest.raises(workers.UnknownMessage, match="takes no object"):
+        train.apply(object())
+
+
+def test_a_worker_that_says_what_its_job_does_not_take_is_an_error_and_is_let_go():
+    pool = FakePool(workers.Threads(1), workers.Progress(1, 2, "c", ""))
+    view = jobs.wait(jobs.JobQueue(1, pool=pool, cores=2).submit(SPEC, "t", record=False), 30)
+    assert view.status == "error" and "train job takes no Progress" in view.error
+    assert not pool.taken[0].alive  # killed: the pool starts a fresh worker in its place
+
+
 def test_pause_step_and_stop_act_at_logged_steps(worker_pool):
     job = jobs.JobQueue(1, pool=worker_pool).submit(SPEC, "p", record=False)
     job.pause()
@@ -185,16 +278,15 @@ def test_a_claims_job_leaves_its_worker_with_results_only():
     """The claims of a job share their runs through the papers' cache while it runs; its end drops them, so a
     worker keeps no run from one job to the next (the server keeps the claims' result rows)."""
     from explorer.papers import base
-    from explorer_app import workers
-
     explorer.papers.clear_cache()
     held_while_running = []
 
     def send(message):
-        if message[0] == "claim":
+        if isinstance(message, workers.ClaimResult):
             held_while_running.append(len(base.RUNS))
 
-    workers._claims({"claims": [("tau", "init-norm-sharp-threshold")], "fast": True}, workers._Controls(), send)
+    job = workers.RunClaims(threads=1, env={}, data_roots=None, claims=[("tau", "init-norm-sharp-threshold")], fast=True)
+    workers._claims(job, workers._Controls(), send)
     assert held_while_running and held_while_running[0] > 0  # the claim trained and cached runs...
     assert len(base.RUNS) == 0 and base.RUNS.nbytes == 0  # ...which the job's end dropped
 
@@ -280,8 +372,6 @@ def test_jobs_run_on_a_local_ray_with_the_same_protocol(monkeypatch):
     """RAY_ADDRESS set: the server's jobs go to Ray actors (here a private local Ray): they train, record,
     pause, step and stop like local workers, and an actor killed mid-run is an error, then replaced."""
     ray = pytest.importorskip("ray")
-    from explorer_app import workers
-
     monkeypatch.setenv("RAY_ADDRESS", "local")
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     assert workers.default_backend() == "ray"  # what the app's pool uses when RAY_ADDRESS is set

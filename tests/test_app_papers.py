@@ -8,13 +8,12 @@ import streamlit as st
 
 import explorer
 from explorer import plots
+from explorer.papers import PAPERS, presets_of
 from explorer.papers.claims import claims, recorded
 from explorer_app import state
 from explorer_app.messages import escape
 
-TABS = {"ancre": "ANCRe", "dca": "DCA", "idinit": "IDInit", "tau": "τ stability", "skipless": "Cutting the Skip"}
-TITLES = {"ancre": "ANCRe", "dca": "DeepCrossAttention", "idinit": "IDInit", "tau": "Stability and Convergence",
-          "skipless": "Cutting the Skip"}
+TABS = {paper: record.tab for paper, record in PAPERS.items()}  # ?paper= in the URL opens that tab
 BADGES = {"holds": "holds", "does-not-hold": "does not hold at this scale", "inconclusive": "inconclusive",
           "error": "error"}
 FAST_CLAIM = ("idinit", "chi-at-init")  # about 0.2 s warm, 3 s cold (fast mode; builds two models, no training)
@@ -53,18 +52,34 @@ def claim_of(paper: str, claim_id: str):
     return next(c for c in claims(paper) if c.id == claim_id)
 
 
-@pytest.mark.parametrize("paper", list(TABS))
+@pytest.mark.parametrize("paper", list(PAPERS))
 def test_each_paper_section_renders_with_its_equations_claims_and_presets(open_page, paper):
+    record = PAPERS[paper]
     at = open_page("papers", query={"paper": TABS[paper]})  # the open tab is in the URL
     assert not at.exception
-    assert TITLES[paper] in at.subheader[0].value
-    assert len(at.latex) >= 2 and all(len(eq.value.strip("$\n ")) > 10 for eq in at.latex)
+    assert [tab.label for tab in at.tabs] == list(TABS.values())
+    assert at.subheader[0].value == record.title
+    assert [eq.value.strip("$\n ") for eq in at.latex] == [latex for _, latex in record.equations]
+    assert any(record.notebook in caption.value for caption in at.caption)
     keys = {button.key for button in at.button}
     assert f"papers-run-all-{paper}" in keys
     assert {f"papers-run-{paper}-{c.id}" for c in claims(paper)} <= keys
-    presets = [name for name, entry in explorer.registry("presets").items() if entry.extra["paper"] == paper]
+    presets = presets_of(paper)
     assert presets and {f"papers-open-{name}" for name in presets} <= keys
+    assert set(presets) == set(record.presets) and all(explorer.preset(name) for name in presets)
     assert not badges(at)  # nothing has run yet
+
+
+def test_presets_of_an_unknown_paper_lists_the_papers():
+    with pytest.raises(explorer.SpecError) as error:
+        presets_of("resnet")
+    assert error.value.path == "paper" and all(paper in error.value.message for paper in PAPERS)
+
+
+def test_every_preset_belongs_to_one_paper():
+    owners = [paper for paper in PAPERS for _ in presets_of(paper)]
+    assert len(owners) == len(explorer.registry("presets"))
+    assert set().union(*(presets_of(paper) for paper in PAPERS)) == set(explorer.registry("presets"))
 
 
 def recorded_table(paper: str) -> str:

@@ -77,3 +77,25 @@ def test_attention_probe_refuses_models_without_attention_and_bad_blocks():
     with pytest.raises(explorer.SpecError) as err:
         probe(model, data.x_val[:2], "param-jacobian", part="mlp", block=5)
     assert err.value.path == "probe.block"
+
+
+def test_a_param_jacobian_interrupted_midway_leaves_the_model_as_it_was(monkeypatch):
+    """The probe swaps parameters in and out of a module to form J_l; an error inside that swap (a time limit,
+    a failing jvp) must not leave the probed model holding plain tensors where its parameters were."""
+    from explorer.probes import conditioning
+
+    def fails_inside(fn, flat, *args, **kwargs):  # evaluates the swapped-in forward once, then stops
+        fn(flat)
+        raise RuntimeError("interrupted")
+
+    monkeypatch.setattr(conditioning, "_kappa_of", fails_inside)
+    spec = explorer.preset("skip-table1-digits-skip").with_values({"model.depth": 2, "train.steps": 1,
+                                                                   "train.log_every": 1})
+    model, data = explorer.build(spec)
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    with pytest.raises(RuntimeError, match="interrupted"):
+        probe(model, data.x_val[:4], "param-jacobian")
+    after = dict(model.named_parameters())
+    assert after.keys() == before.keys()
+    assert all(isinstance(p, torch.nn.Parameter) and p.is_leaf for p in after.values())
+    assert all(torch.equal(after[name], value) for name, value in before.items())

@@ -371,7 +371,7 @@ def test_mnist_subset_larger_than_the_files_is_a_spec_error(mnist_dir):
 def test_mnist_dims_and_defaults():
     entry = explorer.registry("datasets")["mnist"]
     assert entry.defaults()["path"] == "" and entry.defaults()["n_train"] == 0
-    assert tuple(entry.extra["dims"](entry.defaults())) == ((1, 28, 28), 10, "classification")
+    assert tuple(entry.info.dims(entry.defaults())) == ((1, 28, 28), 10, "classification")
 
 
 def _spec_error_at_path(name, **params) -> SpecError:

@@ -10,8 +10,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
 
+import explorer
 from explorer import plots
 from conftest import plotly_array
+from test_probes import applicable
 
 
 def _run(label, losses, status="finished", diverged_at=None, val=None, every=10):
@@ -530,3 +532,43 @@ def test_loss_curves_smoothing_draws_the_ema_over_a_faint_raw_curve():
     assert [t.name for t in plots.loss_curves([_run("r", losses)], show_val=False).data] == ["r"]
     with pytest.raises(ValueError, match="smoothing"):
         plots.loss_curves([_run("r", losses)], smoothing=1.0)
+
+
+# --------------------------------------------------------------------------- probe figures
+
+
+@pytest.mark.parametrize("name", list(explorer.registry("probes")))
+def test_every_probe_result_draws_titled_figures(name):
+    _, _, _, result = applicable(name)
+    figures = plots.probe_figures(name, result, "step 7")
+    assert figures and all(isinstance(fig, go.Figure) for fig in figures)
+    for fig in figures:
+        assert fig.layout.title.text.startswith("step 7: ")
+        assert fig.layout.template == pio.templates["plotly_white"]
+        assert fig.data and fig.to_json()  # something drawn, and the app can send it to the browser
+
+
+def test_declared_figures_are_of_registered_probes():
+    assert set(plots.PROBE_FIGURES) <= set(explorer.registry("probes"))
+    with pytest.raises(ValueError, match="declared twice"):
+        plots.figure_for(next(iter(plots.PROBE_FIGURES)))(lambda r, head: [])
+
+
+def test_a_probe_without_a_figure_is_drawn_as_a_table_of_its_numbers():
+    result = {"chi": np.float64(1.234567), "per_input": np.arange(20, dtype=float) / 3,
+              "maps": np.ones((2, 3)), "names": np.array(["W1", "W2"])}
+    [fig] = plots.probe_figures("not-declared", result, "run a")
+    assert "not-declared" in fig.layout.title.text and fig.layout.title.text.startswith("run a: ")
+    names, shapes, values = fig.data[0].cells.values
+    assert list(names) == list(result) and list(shapes) == ["scalar", "20", "2 x 3", "2"]
+    assert values[0] == "1.235" and values[3] == "W1, W2"
+    shown = values[1].split(", ")
+    assert shown[:12] == [f"{v:.4g}" for v in result["per_input"][:12]] and shown[-1] == "... (20 values)"
+
+
+def test_a_declared_figure_is_what_probe_figures_draws(monkeypatch):
+    monkeypatch.setitem(plots.PROBE_FIGURES, "from-a-test", lambda r, head: [
+        plots.norms_by_layer({"x": r["x"]}, f"{head}x by block")])
+    [fig] = plots.probe_figures("from-a-test", {"x": [1.0, 2.0]}, "run b")
+    assert fig.layout.title.text == "run b: x by block"
+    np.testing.assert_allclose(plotly_array(fig.to_dict()["data"][0]["y"]), [1.0, 2.0])

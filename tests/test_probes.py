@@ -7,7 +7,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import explorer
 from explorer import plots
-from explorer.probes import PROBES, probe
+from explorer.probes import PROBES, probe, validation_tensors
 from explorer.topology import DCA
 
 LINEAR = {"data": {"name": "whitened-regression", "dim": 6, "n_train": 12, "n_val": 8, "rank": 3},
@@ -53,10 +53,30 @@ def dense_stack_singular_values(model, inputs, per_row=False):
 # --------------------------------------------------------------------------------------
 # the entry point
 # --------------------------------------------------------------------------------------
-def test_registry_lists_the_probes_with_their_options():
-    assert list(PROBES) == ["jacobian", "weights", "norms", "dead", "attention", "coefficients", "param-jacobian", "pca"]
-    assert PROBES["jacobian"].defaults() == {"max_inputs": 8, "k": 0, "max_dim": 2048}
-    assert PROBES["weights"].defaults() == {"tol": 0.0}
+SMALL_MODELS = (MLP, VIT)  # every registered probe applies to one of these at least
+
+
+def applicable(name):
+    """(model, inputs, tensor options) of the first small model probe `name` applies to (a probe that does not
+    apply raises a SpecError on `probe`), and its result there."""
+    for raw in SMALL_MODELS:
+        model, data = build(raw)
+        x = data.x_val[:8]
+        tensors = validation_tensors(name, data, len(x))
+        try:
+            return model, x, tensors, probe(model, x, name, **tensors)
+        except explorer.SpecError as error:
+            assert error.path.startswith("probe"), error
+    pytest.fail(f"probe {name!r} applies to none of the small models; add one it applies to to SMALL_MODELS")
+
+
+@pytest.mark.parametrize("name", list(explorer.registry("probes")))
+def test_every_probe_declares_its_options_and_returns_numpy_arrays(name):
+    entry = explorer.registry("probes")[name]
+    assert entry is PROBES[name] and entry.description
+    assert all(p.coerce(p.default, f"probe.{p.name}") == p.default for p in entry.params)
+    _, _, _, result = applicable(name)
+    assert result and all(isinstance(key, str) and isinstance(v, np.ndarray) for key, v in result.items())
 
 
 def test_bad_names_and_options_raise_spec_errors():
@@ -82,18 +102,18 @@ def test_bad_names_and_options_raise_spec_errors():
     assert error.value.path == "probe" and "needs a Transformer (gpt or vit)" in error.value.message
 
 
-@pytest.mark.parametrize("name", ["jacobian", "weights", "norms", "dead", "coefficients"])
+@pytest.mark.parametrize("name", list(explorer.registry("probes")))
 def test_probes_restore_the_mode_and_leave_gradients_alone(name):
-    model, data = build(MLP)
+    model, x, tensors, _ = applicable(name)
     model.train()
-    model.head[0].eval()  # a mixed state comes back as it was
-    marker = torch.ones_like(model.embed.weight)
-    model.embed.weight.grad = marker
-    result = probe(model, data.x_val[:4], name)
-    assert all(isinstance(v, np.ndarray) for v in result.values())
-    assert model.training and not model.head[0].training and model.stack.training
-    assert model.embed.weight.grad is marker
-    assert all(p.grad is None for n, p in model.named_parameters() if n != "embed.weight")
+    model.head.eval()  # a mixed state comes back as it was
+    modes = {key: module.training for key, module in model.named_modules()}
+    first, *others = model.parameters()
+    marker = torch.ones_like(first)
+    first.grad = marker
+    probe(model, x, name, **tensors)
+    assert {key: module.training for key, module in model.named_modules()} == modes
+    assert first.grad is marker and all(p.grad is None for p in others)
 
 
 # --------------------------------------------------------------------------------------

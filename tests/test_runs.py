@@ -554,3 +554,136 @@ def test_finished_or_diverged_runs_do_not_resume(store):
     with pytest.raises(explorer.SpecError) as err:
         runs.resume(recorder.run_id, store)
     assert "finished" in str(err.value)
+
+
+# ---- a damaged row, a refused write ----------------------------------------------------------------
+
+def damage(store, run_id, column, text="{not json"):
+    """Overwrite one column of a run's row behind the store's back, as a crash or a hand edit might."""
+    table, key = ("runs", "id") if column in ("spec", "final", "environment") else (column, "run_id")
+    field = {"history": "metrics", "probes": "result"}.get(column, column)
+    with sqlite3.connect(store.db_path) as conn:
+        assert conn.execute(f"UPDATE {table} SET {field} = ? WHERE {key} = ?", (text, run_id)).rowcount
+    conn.close()
+
+
+@pytest.mark.parametrize("column, text", [("spec", "{not json"), ("final", "[1, 2"), ("spec", "[1, 2]"),
+                                          ("environment", '"a string"')])
+def test_a_damaged_row_is_skipped_and_named_by_the_listing(store, column, text):
+    bad = store.create({}, label="bad")
+    good = [store.create({}, label="good"), store.create({}, label="also good")]
+    store.set_status(bad, "finished", final={"loss": 0.5}, environment={"torch": "x"})
+    damage(store, bad, column, text)
+    listing = store.list()
+    assert sorted(r["id"] for r in listing) == sorted(good)
+    assert [d.run_id for d in listing.skipped] == [bad]
+    assert bad[:12] in listing.notice() and f"its {column}" in listing.notice()
+    assert "explorer runs delete" in listing.notice() and "\n" not in listing.notice()
+    assert store.list(limit=1).notice() is None  # the newest row alone is sound
+    with pytest.raises(runs.DamagedRun) as refused:
+        store.get(bad)
+    assert f"explorer runs delete {bad[:12]}" in str(refused.value)
+    store.delete(bad[:12])  # what the message says to do works on the damaged row
+    assert store.list().notice() is None and len(store.list()) == 2
+
+
+@pytest.mark.parametrize("column", ["history", "probes"])
+def test_a_damaged_history_or_probe_row_is_named_when_the_run_is_read(store, column):
+    run_id = store.create({})
+    store.append_history(run_id, [{"step": 0, "loss": 1.0}])
+    store.append_probes(run_id, 0, "norms", {"norm": np.ones(2)})
+    damage(store, run_id, column)
+    with pytest.raises(runs.DamagedRun, match=f"step 0 is not valid JSON.*explorer runs delete {run_id[:12]}"):
+        store.get(run_id)
+    assert [r["id"] for r in store.list()] == [run_id]  # the listing reads the runs row only
+    facts, problems = runs.check_store()
+    assert any(run_id[:12] in p and "explorer runs delete" in p for p in problems), problems
+
+
+def test_cli_lists_around_a_damaged_row_and_check_names_it(store, tmp_path, capsys):
+    good, bad = store.create({}, label="good"), store.create({}, label="bad")
+    damage(store, bad, "spec")
+    assert main(["runs", "list"]) == 0
+    out, err = capsys.readouterr()
+    assert good[:12] in out and bad[:12] not in out
+    assert err.startswith("note: ") and err.count("\n") == 1 and bad[:12] in err
+    assert main(["runs", "list", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [r["id"] for r in json.loads(out)] == [good] and bad[:12] in err
+    for argv in (["runs", "show", bad[:8]], ["runs", "export", bad[:8], str(tmp_path / "x.json")]):
+        assert main(argv) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err.startswith("error: ") and err.count("\n") == 1, err
+        assert f"explorer runs delete {bad[:12]}" in err and "Traceback" not in err
+    assert main(["runs", "show", good[:8]]) == 0
+    assert main(["runs", "check"]) == 1
+    out = capsys.readouterr().out
+    assert any(line.startswith("problem") and bad[:12] in line and "explorer runs delete" in line
+               for line in out.splitlines()), out
+    assert main(["runs", "delete", bad[:8]]) == 0
+    assert main(["runs", "check"]) == 0
+
+
+class FullDisk:
+    """This thread's connection, except that writing history rows fails as on a full disk."""
+
+    def __init__(self, conn):
+        object.__setattr__(self, "conn", conn)
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+    def __setattr__(self, name, value):
+        setattr(self.conn, name, value)
+
+    def executemany(self, sql, params):
+        if "INTO history" in sql:
+            raise sqlite3.OperationalError("database or disk is full")
+        return self.conn.executemany(sql, params)
+
+
+def test_a_refused_write_ends_the_run_as_error_with_the_reason(store, monkeypatch):
+    connect = RunStore._conn
+    monkeypatch.setattr(RunStore, "_conn", lambda self: FullDisk(connect(self)))
+    recorder = StoreRecorder(store, label="full")
+    with pytest.raises(runs.StoreWriteError) as refused:
+        explorer.train(tiny_spec(), callbacks=[recorder])
+    message = str(refused.value)
+    assert "database or disk is full" in message and "EXPLORER_HOME" in message and "\n" not in message
+    assert str(store.root) not in message
+    record = store.get(recorder.run_id)
+    assert record["status"] == "error" and "disk is full" in record["final"]["error"]
+    assert runs.RunLock(store, recorder.run_id).held_elsewhere() is None  # let go
+
+
+def test_cli_checkpoint_write_failure_is_one_line_and_marks_the_run_error(store, monkeypatch, capsys):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 64 vs 0")
+
+    monkeypatch.setattr(torch, "save", refuse)
+    assert main(["train", "--preset", "ancre-fig2b-0:2", "--set", "train.steps=10", "--set", "train.log_every=5",
+                 "--checkpoint-every", "5", "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("error: the run store could not be written") and err.count("\n") == 1, err
+    assert "inline_container" not in err and "Traceback" not in err
+    [record] = store.list()
+    assert record["status"] == "error" and "checkpoint" in record["final"]["error"]
+
+
+@pytest.mark.parametrize("checkpointed", [True, False])
+def test_runs_check_suggests_resume_only_with_a_checkpoint(store, capsys, checkpointed):
+    recorder = StoreRecorder(store, checkpoint_every=5 if checkpointed else None)
+
+    def crash(event):
+        if event.kind == "log" and event.step == 10:
+            raise RuntimeError("the machine went away")
+
+    with pytest.raises(RuntimeError):
+        explorer.train(tiny_spec(), callbacks=[recorder, crash])
+    recorder.release()  # what the system does when the crashed process goes away
+    assert main(["runs", "check"]) == 0
+    [line] = [line for line in capsys.readouterr().out.splitlines() if recorder.run_id[:12] in line]
+    assert "marked running" in line
+    assert ("explorer runs resume" in line) == checkpointed
+    if not checkpointed:
+        assert "no checkpoint" in line and f"explorer runs delete {recorder.run_id[:12]}" in line

@@ -31,7 +31,7 @@ def section(**params):
     Built without a model: a full spec would also need a model that accepts language-modeling data.
     """
     sec = _build_section("data", {"name": "text", **params})
-    explorer.registry("datasets")["text"].extra["check"](sec.params)
+    explorer.registry("datasets")["text"].info.check(sec.params)
     return sec
 
 

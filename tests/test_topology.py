@@ -1,4 +1,11 @@
-"""Topologies: exactness at initialisation, coefficient matrices against the real computation."""
+"""Topologies: exactness at initialisation, coefficient matrices against the real computation.
+
+The generic properties run over every registered topology with the example parameters it declares
+(`TopologyInfo.examples`), so a new topology is under them without editing this file; the equations of
+each paper are checked by hand below them.
+"""
+
+import json
 
 import numpy as np
 import pytest
@@ -18,14 +25,14 @@ MODELS = {
     "mlp": {"name": "mlp", "depth": 4, "width": 6},
     "mlp-resnet": {"name": "mlp-resnet", "depth": 5, "width": 6},
 }
-ALL_TOPOLOGIES = [
-    {"name": "none"}, {"name": "cascaded"}, {"name": "tau", "value": 0.3},
-    {"name": "tau", "value": "1/L", "learnable": True}, {"name": "shortcuts", "shortcuts": "0:2,1:3"},
-    {"name": "ancre"}, {"name": "ancre", "normalization": "outgoing"},
-    {"name": "ancre", "normalization": "none", "temperature": 0.1},
-    {"name": "grn-v1"}, {"name": "grn-v2"}, {"name": "grn-v3"}, {"name": "grn-v3", "k": 2}, {"name": "grn-v1", "k": 1},
-    {"name": "grn-v3", "gate_init": "normal"},
-]
+TOPOLOGIES = explorer.registry("topologies")
+# every registered topology that runs on these (non-Transformer) models, with each example it declares
+ALL_TOPOLOGIES = [{"name": name, **example} for name, entry in TOPOLOGIES.items() if not entry.info.transformer_only
+                  for example in entry.info.examples]
+
+
+def ids(topology):
+    return "-".join(str(v) for v in topology.values())
 
 
 def spec_for(model="linear", topology=None, **extra):
@@ -48,6 +55,62 @@ def test_same_seed_same_block_weights_whatever_the_topology(model_name):
         assert weights.keys() == reference.keys()
         for name in weights:
             assert torch.equal(weights[name], reference[name]), (topology, name)
+
+
+@pytest.mark.parametrize("topology", ALL_TOPOLOGIES, ids=ids)
+@pytest.mark.parametrize("model_name", list(MODELS))
+def test_every_topology_runs_and_answers_its_coefficients(model_name, topology):
+    """A finite output of the model's shape, (L+1) x (L+1) coefficients in a known basis, one branch scale
+    per block, and the batch's weights recorded exactly when the topology depends on the input."""
+    model, data = explorer.build(spec_for(model_name, topology))
+    topo = model.stack.topology
+    x = data.x_val[:5]
+    with torch.no_grad():
+        out = model(x)
+    assert out.shape == (5, data.output_dim) and torch.isfinite(out).all()
+    size = len(model.stack.blocks) + 1
+    c = topo.coefficients()
+    assert c.basis in ("state", "branch") and c.own.shape == c.unrolled.shape == (size, size)
+    assert np.isfinite(c.unrolled).all()
+    assert topo.branch_scales().shape == (size - 1,)
+    result = explorer.probe(model, x, "coefficients")
+    assert ("batch_weights" in result) == topo.input_dependent
+    if topo.input_dependent:
+        weights = result["batch_weights"]
+        assert weights.shape == (size, size) and np.isfinite(weights).all()
+        assert np.count_nonzero(weights[1:]) >= size - 1, "every destination after x_0 records what it read"
+
+
+@pytest.mark.parametrize("topology", ALL_TOPOLOGIES, ids=ids)
+def test_every_topology_parameter_has_a_role_and_scalar_gates_learn_slower(topology):
+    """Topology parameters are "mix" or "scale", and every "scale" one gets the scalar-gate learning rate."""
+    from explorer.optim import SCALAR_LR_FACTOR, build_optimizer
+
+    spec = spec_for("mlp-resnet", topology)
+    model, _ = explorer.build(spec)
+    roles = explorer.roles(model)
+    assert set(roles) == {n for n, _ in model.named_parameters()}
+    assert {r for n, r in roles.items() if ".topology." in f".{n}"} <= {"mix", "scale"}
+    optimizer, _ = build_optimizer(model, spec.optim, 10)
+    lrs = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
+    for name, p in model.named_parameters():
+        expected = spec.optim.lr * (SCALAR_LR_FACTOR if roles[name] == "scale" else 1.0)
+        assert lrs[id(p)] == pytest.approx(expected), name
+
+
+def test_every_topology_is_listed_by_the_command_line(capsys):
+    from explorer.cli import main
+
+    assert main(["list", "topologies", "--json"]) == 0
+    assert set(json.loads(capsys.readouterr().out)) == set(TOPOLOGIES) and "highway" in TOPOLOGIES
+
+
+def test_misspelt_metadata_is_an_error_at_registration():
+    with pytest.raises(TypeError, match="'shareble'.*shareable"):
+        TOPOLOGIES.register("typo", "a topology whose metadata is misspelt", shareble=True)
+    with pytest.raises(TypeError, match="'dims' is required"):
+        explorer.registry("datasets").register("typo", "a dataset that does not say its dimensions")
+    assert "typo" not in TOPOLOGIES and "typo" not in explorer.registry("datasets")
 
 
 @pytest.mark.parametrize("model_name", list(MODELS))
@@ -110,7 +173,7 @@ def _recorded_stream(model, x):
     return inputs, outputs, out
 
 
-@pytest.mark.parametrize("topology", [t for t in ALL_TOPOLOGIES if t["name"] not in ("grn-v3",)])
+@pytest.mark.parametrize("topology", ALL_TOPOLOGIES, ids=ids)
 def test_unrolled_coefficients_describe_the_actual_stream(topology):
     """With a linear stem, input of block r+1 = sum_i U[r, i] y_i (y_0 = x_0), output = row L.
 
@@ -121,10 +184,13 @@ def test_unrolled_coefficients_describe_the_actual_stream(topology):
     model, data = explorer.build(spec_for("linear", topology))
     model = model.double()
     topo = model.stack.topology
+    if topo.input_dependent:
+        pytest.skip("its weights depend on the data: the coefficients probe records them per batch")
+    width = model.stack.blocks[0].weight.shape[0]
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():  # move away from the symmetric init so every coefficient matters
         for p in topo.parameters():
-            if topology["name"] == "grn-v2":  # per-feature weights: make them equal across features
+            if p.dim() >= 2 and p.shape[-1] == width:  # per-feature weights: make them equal across features
                 p.copy_((torch.rand(p.shape[:-1], generator=gen) + 0.5).unsqueeze(-1).expand_as(p))
             else:
                 p.copy_(torch.rand(p.shape, generator=gen) + 0.5 if p.dim() else p + 0.1)
@@ -208,7 +274,7 @@ def test_parse_shortcuts():
 
 def test_roles_cover_every_parameter():
     for model_name in MODELS:
-        for topology in ({"name": "ancre"}, {"name": "grn-v3"}, {"name": "tau", "learnable": True}):
+        for topology in ALL_TOPOLOGIES:
             model, _ = explorer.build(spec_for(model_name, topology))
             roles = explorer.roles(model)
             assert set(roles) == {n for n, _ in model.named_parameters()}
@@ -354,3 +420,66 @@ def test_grn_v3_gates_learn_only_from_a_nonzero_init(gate_init):
         assert 0.01 < gates.std().item() < 0.03 and abs(gates.mean().item()) < 0.01
     model(data.x_train).pow(2).mean().backward()
     assert (gates.grad == 0).all() if gate_init == "zero" else gates.grad.abs().max() > 0
+
+
+def test_a_topologys_scalar_gate_learns_at_the_scalar_rate_whatever_its_name():
+    """The role comes from the topology's ROLES, as for every module, not from the parameter's name."""
+    from explorer.optim import SCALAR_LR_FACTOR, build_optimizer
+    from explorer.topology import Chain
+
+    class GainedChain(Chain):
+        ROLES = {"gain": "scale"}
+
+        def __init__(self, n_blocks):
+            super().__init__(n_blocks, skip=True)
+            self.gain = torch.nn.Parameter(torch.tensor(1.0))
+
+    spec = spec_for("linear")
+    model, _ = explorer.build(spec)
+    model.stack.topology = GainedChain(len(model.stack.blocks))
+    assert explorer.roles(model)["stack.topology.gain"] == "scale"
+    optimizer, _ = build_optimizer(model, spec.optim, 10)
+    lrs = {id(p): g["lr"] for g in optimizer.param_groups for p in g["params"]}
+    assert lrs[id(model.stack.topology.gain)] == pytest.approx(spec.optim.lr * SCALAR_LR_FACTOR)
+
+
+# ---------------------------------------------------------------------------- Highway (Srivastava et al. 2015)
+def test_highway_is_the_papers_equation():
+    """Eq. 2-3: x_j = H(x) T(x) + x (1 - T(x)) with T(x) = sigmoid(W_T x + b_T) per block and feature, written out
+    by hand on the tau paper's MLP-ResNet (H(x) = W_j x, a ReLU after every merge), in float64."""
+    model, data = explorer.build(spec_for("mlp-resnet", {"name": "highway"}))
+    model = model.double()
+    topo = model.stack.topology
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad():  # an input-dependent gate that differs per block and feature
+        topo.gate_weight.copy_(torch.randn(topo.gate_weight.shape, generator=gen, dtype=torch.float64))
+        topo.gate_bias.copy_(torch.randn(topo.gate_bias.shape, generator=gen, dtype=torch.float64))
+    x = data.x_train[:7].double()
+    h = torch.relu(x @ model.embed[0].weight.T)
+    for j, layer in enumerate(model.stack.blocks):
+        t = 1 / (1 + torch.exp(-(h @ topo.gate_weight[j].T + topo.gate_bias[j])))
+        h = torch.relu((h @ layer.weight.T) * t + h * (1 - t))
+    with torch.no_grad():
+        assert torch.allclose(model.stack(model.embed(x)), h, rtol=1e-12, atol=1e-12)
+        assert torch.allclose(model(x), model.head(h), rtol=1e-12, atol=1e-12)
+        cascaded = explorer.build(spec_for("mlp-resnet"))[0].double()
+        assert not torch.allclose(cascaded(x), model(x), atol=1e-3)
+
+
+def test_highway_starts_near_the_carry_path_and_its_gate_learns():
+    """b_T = -2, W_T = 0: every block starts as x_j = (1 - s) x_{j-1} + s y_j with s = sigmoid(-2), which the
+    coefficients show; the gate's weights get a gradient from there (sigmoid has no kink)."""
+    model, data = explorer.build(spec_for("linear", {"name": "highway", "gate_bias": -2.0}))
+    topo = model.stack.topology
+    s = 1 / (1 + np.exp(2.0))
+    c = topo.coefficients()
+    assert c.basis == "state"
+    assert np.allclose(np.diag(c.own, -1), 1 - s) and np.allclose(np.diag(c.unrolled)[1:], s)
+    x = data.x_train
+    h = x
+    for layer in model.stack.blocks:
+        h = (1 - s) * h + s * (h @ layer.weight.T)
+    with torch.no_grad():
+        assert torch.allclose(model(x), h, atol=1e-6)
+    model(x).pow(2).sum().backward()
+    assert topo.gate_weight.grad.abs().max() > 0 and topo.gate_bias.grad.abs().max() > 0

@@ -169,15 +169,19 @@ def test_every_preset_trains_a_few_steps(name):
     assert len(run.history) >= 1 and math.isfinite(run.history[0]["loss"])
 
 
-@pytest.mark.parametrize("topology", ["none", "cascaded", "tau", "shortcuts", "ancre", "grn-v1", "grn-v2", "grn-v3"])
+# every registered topology that runs outside Transformers, with each example it declares (TopologyInfo.examples)
+TOPOLOGIES = [{"name": name, **example} for name, entry in explorer.registry("topologies").items()
+              if not entry.info.transformer_only for example in entry.info.examples]
+
+
+@pytest.mark.parametrize("topology", TOPOLOGIES, ids=lambda t: "-".join(str(v) for v in t.values()))
 @pytest.mark.parametrize("model", ["linear", "lowrank", "mlp-resnet", "mlp"])
 def test_every_topology_trains_on_every_model(model, topology):
     data = {"name": "whitened-regression", "dim": 6, "n_train": 16, "n_val": 8} if model in ("linear", "lowrank") \
         else {"name": "spirals", "n_train": 64, "n_val": 16}
     spec = explorer.ExperimentSpec.from_dict({
         "data": data, "model": {"name": model, "depth": 3, "width": 6 if model in ("linear", "lowrank") else 16},
-        "init": {"name": "kaiming"},
-        "topology": {"name": topology, **({"shortcuts": "0:2"} if topology == "shortcuts" else {})},
+        "init": {"name": "kaiming"}, "topology": topology,
         "optim": {"name": "adam", "lr": 0.01}, "train": {"steps": 20, "log_every": 5, "batch_size": 16}})
     run = explorer.train(spec)
     assert run.status == "finished"

@@ -17,13 +17,9 @@ TEXT = {"name": "text", "context": 16, "max_chars": 20_000}
 IMAGES = {"name": "shapes", "size": 16, "n_train": 64, "n_val": 16}
 GPT = {"name": "gpt", "depth": 3, "width": 16, "heads": 2, "mlp_ratio": 2.0}
 VIT = {"name": "vit", "depth": 3, "width": 16, "heads": 2, "mlp_ratio": 2.0, "patch": 4}
-TOPOLOGIES = [
-    {"name": "none"}, {"name": "cascaded"}, {"name": "tau", "value": "1/sqrt(L)"},
-    {"name": "tau", "value": 0.5, "placement": "after"}, {"name": "tau", "value": "1/L", "learnable": True},
-    {"name": "shortcuts", "shortcuts": "0:2,1:3"}, {"name": "ancre"}, {"name": "ancre", "normalization": "outgoing"},
-    {"name": "grn-v1"}, {"name": "grn-v2"}, {"name": "grn-v3"}, {"name": "grn-v3", "k": 1},
-    {"name": "skipless"}, {"name": "dca"}, {"name": "dca", "k": 1},
-]
+# every registered topology with each example it declares (TopologyInfo.examples)
+TOPOLOGIES = [{"name": name, **example} for name, entry in explorer.registry("topologies").items()
+              for example in entry.info.examples]
 
 
 def spec(model="gpt", topology=None, init=None, steps=3, **model_params):
@@ -274,7 +270,7 @@ def test_transformer_block_is_what_the_block_adds():
 @pytest.mark.parametrize("topology", TOPOLOGIES, ids=lambda t: "-".join(str(v) for v in t.values()))
 @pytest.mark.parametrize("level", ["block", "module"])
 def test_every_topology_trains_at_both_levels(model, topology, level):
-    if topology["name"] == "dca" and level == "module":
+    if explorer.registry("topologies")[topology["name"]].info.separate_qkv_inputs and level == "module":
         with pytest.raises(explorer.SpecError) as err:
             spec(model, topology, level=level)
         assert err.value.path == "model.level"

@@ -1,9 +1,8 @@
 """Live charts without reruns: a page publishes a feed of its live charts, and the browser polls it.
 
-The Train page used to redraw its progress, loss, heatmap and probe charts by rerunning Streamlit fragments
-five times a second (the Compare page its grid twice a second). Each rerun ran the fragment's script on the
-server and re-rendered every element of the fragment in the browser: on a 2-core machine, half a core beside
-the training, which then trained at 0.7x of `explorer train`. Here a page publishes a *feed* instead: a
+Redrawing a live chart by rerunning a Streamlit fragment runs the fragment's script on the server and
+re-renders every element of the fragment in the browser: on a 2-core machine, a share of a core taken from
+the training. So a page publishes a *feed*: a
 function, called by the server's route (not by a script run), that says what the live parts show now: a
 progress bar, charts, a small table (the Compare grid's runs). The browser's live parts (live_chart.js) poll
 the route five times a second (less often, down to once a second, while nothing changes: a run queued or
@@ -13,7 +12,7 @@ When the stamp differs from the one the page was drawn with, the browser reruns 
 part once (`stale()`), so the buttons and messages follow.
 
 app/server.py serves the route (`route()`). Where it does not (Streamlit's AppTest, `streamlit run
-app/streamlit_app.py`), `served` is False and pages redraw on their timers as before.
+app/streamlit_app.py`), `served` is False and pages redraw on their timers.
 """
 
 from __future__ import annotations

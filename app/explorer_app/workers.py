@@ -5,16 +5,12 @@ threads run). Each worker imports torch and explorer once, then loops over jobs,
 torch's import and the server's interpreter lock is never held by a training step. One job at a time per
 worker; `JobQueue` (explorer_app.jobs) hands a job to an idle worker when it gets a slot.
 
-The protocol is pickled tuples over a duplex Pipe (`send_bytes`; a tensor never travels as shared memory):
-
-parent -> worker: ("job", payload) where payload is {"kind": "train", "spec": spec dict, "label", "probes",
-    "probe_every", "optional_probes", "store": run-store folder or None, "paused", "threads", "env",
-    "data_roots"} or {"kind": "claims", "claims": [(paper, id), ...], "fast", "threads", "env", ...};
-    then, while it runs, ("pause",), ("resume",), ("step",), ("stop",), ("snapshot",), and ("threads", n)
-    (train with n intra-op threads from the next logged step).
-worker -> parent: ("ready", pid) once; then per job ("threads", n) (and again when n changes), ("note", probe, why), ("run_id", id),
-    ("log", {...}), ("paused",) after a Step, ("snapshot", step, state bytes), ("end", {...}),
-    ("progress", i, n, claim id, where it stands), ("claim", paper, id, row), ("error", message), and last ("done",).
+The two sides speak in the messages below, small frozen dataclasses, over a duplex Pipe (`send_bytes`; a
+tensor never travels as shared memory). The server sends a job (`RunTraining` or `RunClaims`), then, while
+it runs, `Pause`, `Resume`, `Step`, `Stop`, `SendSnapshot` and `UseThreads`. A worker says `Ready` once;
+then, per job, `Threads` (and again when they change), `Note`, `Recorded`, `Logged`, `Held`, `Snapshot`,
+`Finished` (a training) or `Progress` and `ClaimResult` (claims), `Failed`, and last `Free`. Each side
+dispatches them with `match` and refuses any other with `UnknownMessage`.
 
 A worker that dies (killed, out of memory) closes its end of the pipe: the job reading it ends as "error"
 with the exit code, and the pool starts a fresh worker in its place.
@@ -33,14 +29,217 @@ import sys
 import threading
 import time
 import types
+from dataclasses import dataclass, fields
 
 READY_TIMEOUT_S = 300.0  # a worker imports torch and explorer before it says ready (seconds on a busy 2-core VM)
+
+
+# ---- the messages -------------------------------------------------------------------------------
+# On the wire a message is its class's name and its fields as plain data (text, numbers, lists, dicts,
+# bytes, numpy scalars), never a pickled class: a worker on a Ray node has explorer and torch but not this
+# app, and `load` makes the receiving side's own class from the name.
+
+class UnknownMessage(TypeError):
+    """A message that is not one of the protocol's, or one the receiving side does not take."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """A job for a worker, with the server's settings at submission: the intra-op threads, the EXPLORER_*
+    settings (None: unset on the server) and the folders data may be read from (None: any)."""
+
+    threads: int
+    env: dict
+    data_roots: list | None
+
+
+@dataclass(frozen=True)
+class RunTraining(Run):
+    """Train `spec` (ExperimentSpec.to_dict()) with live `probes` every `probe_every` steps, recording it in
+    the run store at `store` (None: not recorded); `optional_probes` are left out (with a `Note`) when they
+    do not apply to the model; `paused`: hold at the first logged step."""
+
+    spec: dict
+    label: str
+    probes: dict
+    probe_every: int
+    optional_probes: list
+    store: str | None
+    paused: bool
+
+
+@dataclass(frozen=True)
+class RunClaims(Run):
+    """Run paper claims [(paper, claim id), ...] one after another, in fast or full mode."""
+
+    claims: list
+    fast: bool
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Hold at the next logged step."""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Go on training."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """While held: train up to the next logged step, then hold again (and say `Held`)."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """End the job at its next step (claims: skip the rest)."""
+
+
+@dataclass(frozen=True)
+class SendSnapshot:
+    """Send the model's weights at the next logged step (or now, while held)."""
+
+
+@dataclass(frozen=True)
+class UseThreads:
+    """Train with this many intra-op threads from the next logged step."""
+
+    threads: int
+
+
+@dataclass(frozen=True)
+class Exit:
+    """Leave: the pool is closing."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The worker has imported the library and takes jobs."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
+class Threads:
+    """The intra-op threads the worker trains with now."""
+
+    threads: int
+
+
+@dataclass(frozen=True)
+class Note:
+    """The optional live probe `probe` was left out: `reason` says why."""
+
+    probe: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The run's id in the run store."""
+
+    run_id: str
+
+
+@dataclass(frozen=True)
+class Logged:
+    """A logged step: its metrics row, the live probes' results when they ran, and where the run stands."""
+
+    row: dict
+    probes: dict
+    step: int
+    steps_done: int
+    steps_per_second: float | None
+    diverged_at: int | None
+    diverged_loss: float | None
+
+
+@dataclass(frozen=True)
+class Held:
+    """A `Step` reached its logged step: the run holds again."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The model's weights at `step` (a torch.save'd state_dict)."""
+
+    step: int
+    state: bytes
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A training ended (finished, diverged or stopped), with its whole history."""
+
+    status: str
+    steps_done: int
+    diverged_at: int | None
+    diverged_loss: float | None
+    history: list
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A claims job: `done` of `total` claims ended; `claim` (None: all done) stands at `where`."""
+
+    done: int
+    total: int
+    claim: str | None
+    where: str
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """A claim's result row."""
+
+    paper: str
+    claim: str
+    row: dict
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The job ended on an error."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Free:
+    """The job is over; the worker takes the next."""
+
+
+MESSAGES = {cls.__name__: cls for cls in (
+    RunTraining, RunClaims, Pause, Resume, Step, Stop, SendSnapshot, UseThreads, Exit,
+    Ready, Threads, Note, Recorded, Logged, Held, Snapshot, Finished, Progress, ClaimResult, Failed, Free)}
+
+
+def dump(message) -> bytes:
+    """`message` as it travels: its class's name and its fields."""
+    name = type(message).__name__
+    if MESSAGES.get(name) is not type(message):
+        raise UnknownMessage(f"{name} is not a message of the job protocol (one of {', '.join(MESSAGES)})")
+    values = {field.name: getattr(message, field.name) for field in fields(message)}
+    return pickle.dumps((name, values), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def load(data: bytes):
+    """The message `dump` made; UnknownMessage for anything else (e.g. from a worker of another version)."""
+    item = pickle.loads(data)
+    try:
+        name, values = item
+        return MESSAGES[name](**values)
+    except (TypeError, ValueError, KeyError):
+        what = repr(item[0]) if isinstance(item, tuple) and item else type(item).__name__
+        raise UnknownMessage(f"unknown message {what}: the server and its workers run different versions?") \
+            from None
 
 
 # ---- the worker process -------------------------------------------------------------------------
 
 class _Controls:
-    """What the parent asked of the job a worker is running, set by the worker's reader thread."""
+    """What the server asked of the job a worker is running, set by the worker's reader thread."""
 
     def __init__(self, paused: bool = False):
         self.stop = threading.Event()
@@ -49,33 +248,35 @@ class _Controls:
             self.go.set()
         self.step_once = False
         self.snapshot = threading.Event()
-        self.threads: int | None = None  # intra-op threads the parent asks for now (another job started or ended)
+        self.threads: int | None = None  # intra-op threads the server asks for now (another job started or ended)
 
-    def apply(self, message: tuple) -> None:
-        kind = message[0]
-        if kind == "pause":
-            self.step_once = False
-            self.go.clear()
-        elif kind == "resume":
-            self.step_once = False
-            self.go.set()
-        elif kind == "step":
-            self.step_once = True
-            self.go.set()
-        elif kind == "stop":
-            self.stop.set()
-            self.go.set()
-        elif kind == "snapshot":
-            self.snapshot.set()
-        elif kind == "threads":
-            self.threads = max(1, int(message[1]))
+    def apply(self, message) -> None:
+        match message:
+            case Pause():
+                self.step_once = False
+                self.go.clear()
+            case Resume():
+                self.step_once = False
+                self.go.set()
+            case Step():
+                self.step_once = True
+                self.go.set()
+            case Stop():
+                self.stop.set()
+                self.go.set()
+            case SendSnapshot():
+                self.snapshot.set()
+            case UseThreads(threads=threads):
+                self.threads = max(1, int(threads))
+            case _:
+                raise UnknownMessage(f"a worker takes no {type(message).__name__} message while a job runs")
 
 
 def worker_main(conn) -> None:
-    """The worker process: import the library once, then run the jobs the parent sends until it goes."""
+    """The worker process: import the library once, then run the jobs the server sends until it goes."""
     import importlib
 
-    for module in ("torch", "explorer", "explorer.papers"):  # paid once, before "ready" (papers: claims register)
+    for module in ("torch", "explorer", "explorer.papers"):  # paid once, before Ready (papers: claims register)
         importlib.import_module(module)
     try:
         _warm_up()
@@ -85,7 +286,7 @@ def worker_main(conn) -> None:
     send_lock = threading.Lock()
 
     def send(message) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        data = dump(message)
         with send_lock:
             conn.send_bytes(data)
 
@@ -95,36 +296,40 @@ def worker_main(conn) -> None:
     def read() -> None:  # the only thread that receives: a job for the main thread, or a control for its job
         while True:
             try:
-                message = pickle.loads(conn.recv_bytes())
-            except (EOFError, OSError):  # the parent went away: stop what runs and leave
-                current[0].apply(("stop",))
+                message = load(conn.recv_bytes())
+                match message:
+                    case RunTraining(paused=paused):
+                        current[0] = _Controls(paused=paused)
+                        jobs.put((message, current[0]))
+                    case RunClaims():
+                        current[0] = _Controls()
+                        jobs.put((message, current[0]))
+                    case Exit():
+                        jobs.put(None)
+                        return
+                    case _:
+                        current[0].apply(message)
+            except (EOFError, OSError):  # the server went away: stop what runs and leave
+                current[0].apply(Stop())
                 jobs.put(None)
                 return
-            if message[0] == "job":
-                current[0] = _Controls(paused=bool(message[1].get("paused")))
-                jobs.put((message[1], current[0]))
-            elif message[0] == "exit":
-                jobs.put(None)
-                return
-            else:
-                current[0].apply(message)
+            except UnknownMessage as refused:  # refused; the job goes on (the server's log says why)
+                print(f"explorer worker {os.getpid()}: {refused}", file=sys.stderr, flush=True)
 
     threading.Thread(target=read, name="explorer-worker-reader", daemon=True).start()
-    send(("ready", os.getpid()))
-    while True:
-        item = jobs.get()
-        if item is None:
-            return
-        payload, controls = item
+    send(Ready(os.getpid()))
+    while (item := jobs.get()) is not None:
+        job, controls = item
         try:
-            _prepare(payload)
-            if payload["kind"] == "train":
-                _train(payload, controls, send)
-            else:
-                _claims(payload, controls, send)
+            _prepare(job)
+            match job:
+                case RunTraining():
+                    _train(job, controls, send)
+                case RunClaims():
+                    _claims(job, controls, send)
         except Exception as error:  # noqa: BLE001  (reported on the job; the worker goes on)
-            send(("error", f"{type(error).__name__}: {error}"))
-        send(("done",))
+            send(Failed(f"{type(error).__name__}: {error}"))
+        send(Free())
 
 
 def _warm_up() -> None:
@@ -138,68 +343,67 @@ def _warm_up() -> None:
     explorer.train(spec, probes={"coefficients": {}, "jacobian": {"max_inputs": 1}}, probe_every=1)
 
 
-def _prepare(payload: dict) -> None:
+def _prepare(job: Run) -> None:
     """The server's settings at submission: EXPLORER_* limits, the folders data may be read from, threads."""
     import torch
 
     from explorer.data.files import restrict_reads
 
-    for name, value in payload.get("env", {}).items():  # None: unset on the server
+    for name, value in job.env.items():  # None: unset on the server
         if value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    restrict_reads(payload.get("data_roots"))
-    torch.set_num_threads(max(1, int(payload.get("threads", 1))))
+    restrict_reads(job.data_roots)
+    torch.set_num_threads(max(1, int(job.threads)))
 
 
-def _train(payload: dict, controls: _Controls, send) -> None:
+def _train(job: RunTraining, controls: _Controls, send) -> None:
     import torch
 
     import explorer
     from explorer.runs import RunStore, StoreRecorder
 
-    send(("threads", torch.get_num_threads()))
-    spec = explorer.ExperimentSpec.from_dict(payload["spec"])
-    probes = dict(payload.get("probes") or {})
-    for name, error in _probe_problems(spec, probes, payload.get("optional_probes", ())).items():
+    send(Threads(torch.get_num_threads()))
+    spec = explorer.ExperimentSpec.from_dict(job.spec)
+    probes = dict(job.probes)
+    for name, error in _probe_problems(spec, probes, job.optional_probes).items():
         probes.pop(name, None)
-        send(("note", name, error.message))
-    recorder = StoreRecorder(RunStore(payload["store"]), label=payload["label"]) if payload.get("store") else None
+        send(Note(name, error.message))
+    recorder = StoreRecorder(RunStore(job.store), label=job.label) if job.store else None
     sent_id = [False]
 
     def listen(event) -> None:
         run = event.run
         if recorder is not None and not sent_id[0] and recorder.run_id is not None:
-            send(("run_id", recorder.run_id))
+            send(Recorded(recorder.run_id))
             sent_id[0] = True
         if event.kind == "log":
             _follow_threads(controls, send)
             sps = run.steps_done / run.wall_time if run.wall_time > 0 and run.steps_done else None
-            send(("log", {"row": dict(event.metrics), "probes": event.probes, "step": event.step,
-                          "steps_done": run.steps_done, "sps": sps, "diverged_at": run.diverged_at,
-                          "diverged_loss": run.diverged_loss}))
+            send(Logged(row=dict(event.metrics), probes=event.probes, step=event.step, steps_done=run.steps_done,
+                        steps_per_second=sps, diverged_at=run.diverged_at, diverged_loss=run.diverged_loss))
             if controls.snapshot.is_set():
                 _send_snapshot(run, controls, send)
             if controls.step_once:
                 controls.step_once = False
                 controls.go.clear()
-                send(("paused",))
+                send(Held())
             while not controls.go.wait(0.1):  # paused: hold the trainer here until Resume, Step or Stop
                 _follow_threads(controls, send)
                 if controls.snapshot.is_set():
                     _send_snapshot(run, controls, send)
         elif event.kind == "end":
-            send(("end", {"status": run.status, "steps_done": run.steps_done, "diverged_at": run.diverged_at,
-                          "diverged_loss": run.diverged_loss, "history": [dict(row) for row in run.history]}))
+            send(Finished(status=run.status, steps_done=run.steps_done, diverged_at=run.diverged_at,
+                          diverged_loss=run.diverged_loss, history=[dict(row) for row in run.history]))
 
     listeners = [recorder, listen] if recorder is not None else [listen]
     try:
         explorer.train(spec, callbacks=listeners, stop=controls.stop, probes=probes or None,
-                       probe_every=payload.get("probe_every", 50))
-    except Exception:
-        if recorder is not None and recorder.run_id is not None:
-            recorder.store.set_status(recorder.run_id, "error")
+                       probe_every=job.probe_every)
+    except Exception as error:
+        if recorder is not None:  # marks the run error where the store still takes the write
+            recorder.fail(f"{type(error).__name__}: {error}")
         raise
     finally:
         if recorder is not None:
@@ -207,14 +411,14 @@ def _train(payload: dict, controls: _Controls, send) -> None:
 
 
 def _follow_threads(controls: _Controls, send) -> None:
-    """Between steps: train with the threads the parent asks for now (it shares the cores among the jobs
+    """Between steps: train with the threads the server asks for now (it shares the cores among the jobs
     running), and say so."""
     import torch
 
     wanted = controls.threads
     if wanted is not None and wanted != torch.get_num_threads():
         torch.set_num_threads(wanted)
-        send(("threads", torch.get_num_threads()))
+        send(Threads(torch.get_num_threads()))
 
 
 def _probe_problems(spec, probes: dict, names) -> dict:
@@ -241,10 +445,10 @@ def _send_snapshot(run, controls: _Controls, send) -> None:
     buffer = io.BytesIO()
     torch.save({key: value.detach().cpu() for key, value in run.model.state_dict().items()}, buffer)
     controls.snapshot.clear()
-    send(("snapshot", run.steps_done, buffer.getvalue()))
+    send(Snapshot(run.steps_done, buffer.getvalue()))
 
 
-def _claims(payload: dict, controls: _Controls, send) -> None:
+def _claims(job: RunClaims, controls: _Controls, send) -> None:
     """Run paper claims one after another, reporting each result as it comes and, between them, where the
     current claim stands with time estimates (Stop: the rest are skipped). The claims of one job share their runs
     (the papers' run cache); the job's end drops them, so the worker keeps results only (the server keeps the
@@ -253,36 +457,35 @@ def _claims(payload: dict, controls: _Controls, send) -> None:
     from explorer.papers import clear_cache
     from explorer.papers.claims import CLAIMS, run_claims
 
-    todo = [tuple(item) for item in payload["claims"]]
+    todo = [tuple(item) for item in job.claims]
     done = 0
 
     def progress(state) -> None:
-        send(("progress", done + state.index, len(todo), state.key.split("/", 1)[1], state.where()))
+        send(Progress(done + state.index, len(todo), state.key.split("/", 1)[1], state.where()))
 
     def result(row) -> None:
-        send(("claim", row["paper"], row["id"], row))
+        send(ClaimResult(row["paper"], row["id"], row))
 
     try:
         while done < len(todo) and not controls.stop.is_set():
             paper = todo[done][0]
             if f"{paper}/{todo[done][1]}" not in CLAIMS:
-                send(("progress", done, len(todo), todo[done][1], ""))
+                send(Progress(done, len(todo), todo[done][1], ""))
                 raise ValueError(f"no claim {paper}/{todo[done][1]}")
             ids = []  # the next claims of the same paper, in order, up to an unknown one
             for p, claim_id in todo[done:]:
                 if p != paper or f"{p}/{claim_id}" not in CLAIMS:
                     break
                 ids.append(claim_id)
-            run_claims(paper, fast=bool(payload.get("fast", True)), ids=ids, callback=result, progress=progress,
-                       stop=controls.stop)
+            run_claims(paper, fast=job.fast, ids=ids, callback=result, progress=progress, stop=controls.stop)
             done += len(ids)
         if not controls.stop.is_set():
-            send(("progress", len(todo), len(todo), None, ""))
+            send(Progress(len(todo), len(todo), None, ""))
     finally:
         clear_cache()
 
 
-# ---- the parent side ----------------------------------------------------------------------------
+# ---- the server's side ---------------------------------------------------------------------------
 
 # While Streamlit runs a page it sets sys.modules["__main__"] to that page's script, and a "spawn" child
 # re-runs the parent's __main__ file before its target: a worker started from a page would run the whole app
@@ -295,7 +498,7 @@ class WorkerDied(Exception):
 
 
 class Worker:
-    """The parent's handle on one worker process: send messages to it, receive its events."""
+    """The server's handle on one worker process: send messages to it, receive its messages."""
 
     def __init__(self, context):
         self._conn, child = context.Pipe(duplex=True)
@@ -310,18 +513,15 @@ class Worker:
         child.close()
         self._send_lock = threading.Lock()
         self.pid = self.process.pid
-        self.ready = False
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
-        message = self.receive(timeout)
-        if message is None or message[0] != "ready":
+        if not isinstance(self.receive(timeout), Ready):
             self.kill()
             raise WorkerDied(f"the worker process did not start in {timeout:.0f} s")
-        self.ready = True
 
     def send(self, message) -> bool:
         """Send a message; False when the worker is gone."""
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+        data = dump(message)
         with self._send_lock:
             try:
                 self._conn.send_bytes(data)
@@ -330,13 +530,13 @@ class Worker:
                 return False
 
     def receive(self, timeout: float):
-        """The next event, None when none came within `timeout`; WorkerDied when the worker is gone."""
+        """The next message, None when none came within `timeout`; WorkerDied when the worker is gone."""
         try:
             if not self._conn.poll(timeout):
                 if not self.process.is_alive():
                     raise WorkerDied(self.death())
                 return None
-            return pickle.loads(self._conn.recv_bytes())
+            return load(self._conn.recv_bytes())
         except (EOFError, OSError):
             raise WorkerDied(self.death()) from None
 
@@ -360,8 +560,8 @@ class Worker:
 class _RayHost:
     """A Ray actor hosting one worker: `worker_main` runs in a thread of the actor's process and talks over
     a local pipe, so a job on the cluster speaks exactly the protocol of a local worker. `send` and `receive`
-    relay pickled messages; they run in concurrency groups of their own, so a receive that waits for the
-    next event never holds back a Pause."""
+    relay messages as `dump` wrote them; they run in concurrency groups of their own, so a receive that waits
+    for the next message never holds back a Pause."""
 
     def __init__(self):
         self._conn, child = multiprocessing.Pipe(duplex=True)
@@ -374,12 +574,12 @@ class _RayHost:
         self._conn.send_bytes(data)
 
     def receive(self, timeout: float) -> list[bytes]:
-        """The events waiting (at most 256), after up to `timeout` seconds for the first."""
-        events = []
+        """The messages waiting (at most 256), after up to `timeout` seconds for the first."""
+        waiting = []
         if self._conn.poll(timeout):
-            while len(events) < 256 and self._conn.poll(0):
-                events.append(self._conn.recv_bytes())
-        return events
+            while len(waiting) < 256 and self._conn.poll(0):
+                waiting.append(self._conn.recv_bytes())
+        return waiting
 
 
 @functools.lru_cache(maxsize=1)
@@ -394,93 +594,87 @@ def _ray_host():
     return ray.remote(num_cpus=1, concurrency_groups={"send": 1, "receive": 1})(_RayHost)
 
 
-def ray_address() -> str | None:
-    """The Ray cluster the server's jobs go to: RAY_ADDRESS when set (e.g. ray://head:10001, or "local"
-    to start a private one), else None."""
-    return os.environ.get("RAY_ADDRESS") or None
-
-
 def default_backend() -> str:
-    """Where the server's jobs run: "ray" when RAY_ADDRESS is set, else "local" (worker processes here)."""
-    return "ray" if ray_address() else "local"
+    """Where the server's jobs run: "ray" when RAY_ADDRESS is set (e.g. ray://head:10001, or "local" to start a
+    private one), else "local" (worker processes here)."""
+    return "ray" if os.environ.get("RAY_ADDRESS") else "local"
 
 
 _RAY_LOCK = threading.Lock()
 
 
-def _connect_ray() -> None:
-    """ray.init (once) in a thread that lives as long as the server: a private Ray ("local") is a set of
-    processes that die with the *thread* that started them (Linux's parent-death signal), and workers are
-    started from short-lived threads."""
-    import ray
+def _connect_ray(cpus: int):
+    """The `ray` module, connected the sweeps' way (explorer.parallel.connect_ray), from a thread that lives as
+    long as the server: a private Ray ("local") is a set of processes that die with the *thread* that started
+    them (Linux's parent-death signal), and workers are started from short-lived threads."""
+    from explorer.parallel import connect_ray
 
     with _RAY_LOCK:
-        if ray.is_initialized():
-            return
-        started, failure = threading.Event(), []
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            return ray
+        started, outcome = threading.Event(), []
 
         def own() -> None:
             try:
-                ray.init(address=ray_address(), include_dashboard=False, log_to_driver=False)
+                outcome.append(connect_ray(cpus))
             except Exception as error:  # noqa: BLE001  (raised in the caller)
-                failure.append(error)
+                outcome.append(error)
             started.set()
             threading.Event().wait()
 
         threading.Thread(target=own, name="explorer-ray", daemon=True).start()
         started.wait()
-        if failure:
-            raise failure[0]
+        if isinstance(outcome[0], Exception):
+            raise outcome[0]
+        return outcome[0]
 
 
 class RayWorker:
-    """The parent's handle on a worker hosted by a Ray actor; the same methods as `Worker`."""
+    """The server's handle on a worker hosted by a Ray actor; the same methods as `Worker`. `cpus`: the CPUs of
+    the local Ray started when RAY_ADDRESS names none."""
 
-    def __init__(self):
-        import ray
-
-        _connect_ray()
-        self._ray = ray
+    def __init__(self, cpus: int = 1):
+        self._ray = _connect_ray(cpus)
         self._actor = _ray_host().remote()
-        self._events: collections.deque = collections.deque()
+        self._messages: collections.deque = collections.deque()
         self._dead: str | None = None
         self.pid = None
-        self.ready = False
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         message = self.receive(timeout)
-        if message is None or message[0] != "ready":
+        if not isinstance(message, Ready):
             self.kill()
             raise WorkerDied(f"the Ray worker did not start in {timeout:.0f} s")
-        self.pid = message[1]  # the actor's process id, on whichever node it runs
-        self.ready = True
+        self.pid = message.pid  # the actor's process id, on whichever node it runs
 
     def send(self, message) -> bool:
         """Send a message and wait until the actor has it (so messages arrive in order); False when it is
         gone."""
         if self._dead is not None:
             return False
+        data = dump(message)
         try:
             call = self._actor.send.options(concurrency_group="send")
-            self._ray.get(call.remote(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)), timeout=60)
+            self._ray.get(call.remote(data), timeout=60)
             return True
         except Exception as error:  # noqa: BLE001  (RayActorError, GetTimeoutError: receive() reports it)
             self._dead = f"the Ray worker died: {type(error).__name__}: {error}"
             return False
 
     def receive(self, timeout: float):
-        """The next event, None when none came within `timeout`; WorkerDied when the actor is gone."""
-        if not self._events:
+        """The next message, None when none came within `timeout`; WorkerDied when the actor is gone."""
+        if not self._messages:
             if self._dead is not None:
                 raise WorkerDied(self._dead)
             try:
                 call = self._actor.receive.options(concurrency_group="receive")
-                self._events.extend(pickle.loads(data) for data in
-                                    self._ray.get(call.remote(timeout), timeout=timeout + 60))
+                waiting = self._ray.get(call.remote(timeout), timeout=timeout + 60)
             except Exception as error:  # noqa: BLE001  (the actor died, was killed, or its node went)
                 self._dead = f"the Ray worker died: {type(error).__name__}: {error}"
                 raise WorkerDied(self._dead) from None
-        return self._events.popleft() if self._events else None
+            self._messages.extend(load(data) for data in waiting)
+        return self._messages.popleft() if self._messages else None
 
     def death(self) -> str:
         return self._dead or "the Ray worker died"
@@ -561,7 +755,7 @@ class WorkerPool:
     def _start_one(self) -> None:
         worker = None
         try:
-            worker = RayWorker() if self.backend == "ray" else Worker(self._context)
+            worker = RayWorker(self.size) if self.backend == "ray" else Worker(self._context)
             worker.wait_ready()
         except Exception as error:  # noqa: BLE001  (take() says why)
             worker = None
@@ -622,5 +816,5 @@ class WorkerPool:
             workers = [*self._idle, *self._busy]
             self._idle, self._busy = [], set()
         for worker in workers:
-            worker.send(("exit",))
+            worker.send(Exit())
             worker.kill()

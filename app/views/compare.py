@@ -17,6 +17,7 @@ import streamlit as st
 import explorer
 from explorer import plots
 from explorer.registries import DEPTH_RULES, SpecError
+from explorer.runs import StoreError
 from explorer.sweeps import trials
 from explorer_app import figures, jobs, limits, live_feed, messages, state
 
@@ -311,10 +312,13 @@ def listed_runs() -> list[dict]:
     everything = st.toggle("All runs in the store", key="compare-all-runs",
                            help=f"Off: the runs this browser session started. On: the newest {MAX_LISTED} runs "
                                 "in the store, from any session, sweep or the command line.")
+    listing = state.store().list(limit=MAX_LISTED if everything else None)
+    if listing.notice():  # damaged rows are skipped, and said so
+        st.warning(messages.escape(listing.notice()), icon=":material/warning:")
     if everything:
-        return state.store().list(limit=MAX_LISTED)
+        return listing
     mine = set(state.session_run_ids())
-    return [record for record in state.store().list() if record["id"] in mine]
+    return [record for record in listing if record["id"] in mine]
 
 
 def choose_runs(records: list[dict]) -> list[str]:
@@ -342,6 +346,8 @@ def load(run_ids: list[str]) -> list[dict]:
             records.append(state.store().get(run_id))
         except SpecError:
             st.warning(f"Run {run_id[:8]} is no longer in the store.", icon=":material/warning:")
+        except StoreError as damaged:  # its history or probe rows do not decode
+            st.warning(messages.escape(damaged), icon=":material/warning:")
     return records
 
 

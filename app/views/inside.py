@@ -11,6 +11,7 @@ import streamlit as st
 
 import explorer
 from explorer import plots
+from explorer.nn import reference
 from explorer.probes import validation_tensors
 from explorer.registries import SpecError
 from explorer.runs import StoreError
@@ -27,7 +28,10 @@ store = state.store()
 live = {job.view().run_id: job for job in state.session_jobs() if job.view().run_id}
 show_all = st.toggle("Show all runs in the store", key="inside-all",
                      help="Off: the runs this browser session started. On: every run saved on this server.")
-records = store.list(limit=200) if show_all else [r for r in store.list(limit=500) if r["id"] in live]
+listing = store.list(limit=200 if show_all else 500)
+if listing.notice():  # damaged rows are skipped, and said so
+    st.warning(messages.escape(listing.notice()), icon=":material/warning:")
+records = listing if show_all else [r for r in listing if r["id"] in live]
 if not records:
     st.info("No runs yet. Train one on the **Train** page (or turn on *Show all runs in the store*).",
             icon=":material/info:")
@@ -42,10 +46,22 @@ def describe(record: dict) -> str:
 
 by_id = {record["id"]: record for record in records}
 run_id = st.selectbox("Run", list(by_id), format_func=lambda i: describe(by_id[i]), key="inside-run")
-record = store.get(run_id)
+try:
+    record = store.get(run_id)
+except StoreError as damaged:  # its history or probe rows do not decode
+    st.warning(messages.escape(damaged), icon=":material/warning:")
+    st.stop()
 spec = explorer.ExperimentSpec.from_dict(record["spec"])
 with st.expander("Its experiment"):
     st.code(spec.to_json(), language="json")
+with st.expander("The code this model runs"):
+    st.caption("The same forward pass as the model's, written out with plain torch ops (explorer/nn/reference.py): "
+               "the model, then how its topology mixes the blocks' outputs.")
+    try:
+        for text in reference.sources(spec.model.name, spec.topology.name):
+            st.code(text, language="python")
+    except LookupError as missing:
+        st.info(str(missing), icon=":material/info:")
 
 
 def load_weights(run_id: str) -> tuple[int, dict] | None:

@@ -12,150 +12,26 @@ reruns twice a second), and is drawn again with the results once the job ends. C
 deterministic, so each result row is cached
 server-wide per (paper, claim, mode, context): in a class only the first student pays.
 
-The equations follow the papers; where their text conversion is garbled or inconsistent:
-ANCRe's Eq. 8 sums its denominator over k = 1..j-1, but Eq. 7 (sum over i = 0..j-1 of p_ij = 1)
-needs k = 0..j-1, which is what is shown; DCA's GRN-v3 formula is missing from the text and is
-written from its description (weights b_t + w_t-bar, where w_t-bar is a ReLU of a learned
-projection w_t of the stacked outputs, shared by all d features); ANCRe's layer update is the
-library's form of the paper's "aggregated shortcuts to layer j" (explorer/topology.py).
+Each tab draws its paper's record (explorer.papers.PAPERS: the summary, equations, notebook and presets a
+paper module declares), so a new paper needs no change here.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 
 import plotly.graph_objects as go
 import streamlit as st
 
 import explorer
 from explorer import plots
+from explorer.papers import PAPERS, presets_of
 from explorer.papers.claims import Claim, claims, recorded
 from explorer_app import figures, live_feed, state
 from explorer_app.messages import escape, failure
 from explorer.settings import SettingError
 
-
-@dataclass(frozen=True)
-class Paper:
-    tab: str  # the tab's label, also the value of ?paper= in the URL
-    title: str
-    summary: str
-    equations: tuple[tuple[str, str], ...]  # (what it says, LaTeX)
-    notebook: str
-
-
-PAPERS = {
-    "ancre": Paper(
-        tab="ANCRe",
-        title="ANCRe: Adaptive Neural Connection Reassignment for Efficient Depth Scaling",
-        summary="A residual network need not connect each layer only to the one before it: any shortcut i:j from "
-                "an earlier output to a later layer is possible. On deep linear networks *where* the shortcut goes "
-                "changes how fast gradient descent converges, exponentially: the single shortcut 0:2 gives a linear "
-                "(exponential) rate, 0:1 only a sublinear one. ANCRe learns the placement from data, with "
-                "softmax-normalised coefficients on all shortcuts, and carries it over to Transformers.",
-        equations=(
-            (r"The 3-layer linear network with the shortcut 0:1, and with 0:2 (whitened data, $XX^\top = I$):",
-             r"\mathcal L_1 = \tfrac12\big\|W_3 W_2 (W_1 + I)X - Y\big\|_F^2, \qquad "
-             r"\mathcal L_2 = \tfrac12\big\|W_3 (W_2 W_1 + I)X - Y\big\|_F^2"),
-            ("Under gradient flow from a small initialisation (Theorems 3.2 and 3.3):",
-             r"\mathcal L_1(t) \ge \Omega(1/t^2), \qquad \mathcal L_2(t) \le \mathcal L_2(0)\, e^{-2(1-\lambda)^2 t}"),
-            ("ANCRe: every earlier output feeds layer $j$, with ingoing-normalised coefficients at a temperature "
-             "$T$ (the paper states 0.1; 0.01 for language models and in the official code):",
-             r"x_j = f_j(x_{j-1}) + \sum_{i<j} p_{ij}\, x_i, \qquad "
-             r"p_{ij} = \frac{\exp(c_{ij}/T)}{\sum_{k=0}^{j-1} \exp(c_{kj}/T)}"),
-            ("In a Transformer each whole layer keeps its own residual and the shortcut sum comes on top "
-             "(the official code):",
-             r"h_j = \underbrace{h_{j-1} + a_j + \mathrm{mlp}(h_{j-1} + a_j)}_{\mathrm{layer}_j(h_{j-1})}"
-             r" + \sum_{i<j} p_{ij}\, h_i, \qquad a_j = \mathrm{attn}(\mathrm{norm}(h_{j-1}))"),
-        ),
-        notebook="notebooks/01_ancre.ipynb",
-    ),
-    "dca": Paper(
-        tab="DCA",
-        title="DeepCrossAttention: Supercharging Transformer Residual Connections",
-        summary="A standard residual network adds every block's output to one stream with weight 1, so what early "
-                "blocks computed gets diluted. Generalized residual networks (GRN) let each block read a learned "
-                "combination of all earlier outputs; DeepCrossAttention (DCA) uses three such combinations to give "
-                "every Transformer block its own queries, keys and values. A theorem on low-rank linear networks "
-                "says the learned combinations help most when the model's rank (its width) is small.",
-        equations=(
-            (r"The input of block $t$ mixes the stack of earlier outputs $G_t = [x_0, y_1, \dots, y_{t-1}]$: ResNet, "
-             r"GRN-v1, GRN-v2 and GRN-v3 ($\sigma$ = ReLU, $w_t = 0$ at init):",
-             r"G_t\mathbf 1, \qquad G_t b_t, \qquad (G_t \odot b_t)\mathbf 1, \qquad "
-             r"\big(G_t \odot (b_t + \mathbf 1\,\sigma(w_t^\top G_t))\big)\mathbf 1"),
-            (r"Theorem 4.1: with linear blocks of rank $r_t$ and collective rank $r_* = \sum_t r_t < d$, what each "
-             "architecture can express ($D$ diagonal):",
-             r"\mathcal C_{\rm res} = \{I + M\},\quad \mathcal C_{\rm GRN\text{-}v1} = \{\alpha I + M\},\quad "
-             r"\mathcal C_{\rm GRN\text{-}v2} = \{D + M\}, \qquad \operatorname{rank} M \le r_*"),
-        ),
-        notebook="notebooks/02_dca.ipynb",
-    ),
-    "idinit": Paper(
-        tab="IDInit",
-        title="IDInit: A Universal and Stable Initialization Method",
-        summary="Residual networks train best when every block starts as (almost) the identity. IDInit starts "
-                "every layer from an identity, non-square ones included (a padded identity, which also lifts a rank "
-                "limit that zero padding imposes), relies on SGD with momentum to make identical layers differ, "
-                "and replaces the exact zeros at the end of each residual branch by a tiny pattern of ±ε "
-                "(IDIZ) so that no weight is left without a gradient.",
-        equations=(
-            (r"The padded identity for a $D_{\rm out} \times D_{\rm in}$ weight (a tall layer is "
-             r"$[I; I; \dots]$; Eq. 3):",
-             r"\operatorname{IDI}_\tau(\theta)_{m,j} = \begin{cases} \tau & m \equiv j \pmod{D_{\rm in}} \\ "
-             r"0 & \text{otherwise} \end{cases}"),
-            ("Zero padding $[I; 0]$ of a layer that widens $D_0$ to $D_h$ keeps the residual part of the next square "
-             "layer low-rank; the padded identity lets it exceed $D_0$ (Theorem 3.1):",
-             r"\operatorname{rank}\big(\theta^{(1)} - I\big) \le D_0 \quad \text{(zero padding)}"),
-            (r"Dynamical isometry: $\chi$, the mean squared singular value of the input-output Jacobian, is about 1 "
-             "on the critical line (above 1: exploding gradients):",
-             r"\chi = \frac1n \sum_{i=1}^n \sigma_i^2(J_{io}) \approx 1"),
-        ),
-        notebook="notebooks/03_idinit.ipynb",
-    ),
-    "tau": Paper(
-        tab="τ stability",
-        title="Stability and Convergence Theory for Learning ResNet: A Full Characterization",
-        summary="How much may each residual block add to the stream for a very deep ResNet to train without "
-                "normalisation? The paper scales every branch by τ and proves that τ = 1/√L is a sharp threshold: "
-                "at or below it the forward and backward passes stay bounded at any depth L; for τ ≥ L^(−1/2+c) "
-                "the output norm grows at least like L^c. With batch normalisation the stream's norm grows like "
-                "√l, and τ = 1/√L on top of it keeps it flat.",
-        equations=(
-            (r"The ResNet of Section 2 (width $m$, depth $L$, $\phi$ = ReLU), with Kaiming initialisation:",
-             r"h_0 = \phi(Ax), \qquad h_l = \phi\big(h_{l-1} + \tau W_l h_{l-1}\big), \qquad "
-             r"(W_l)_{ij} \sim \mathcal N(0, 2/m)"),
-            (r"Theorem 1 ($\tau \le 1/\Omega(\sqrt L)$: with high probability, for any $b > a$ and diagonal "
-             r"$D_l$ of norm at most 1) and Theorem 4 ($\tau \ge L^{-1/2 + c}$):",
-             r"\big\|D_b(I + \tau W_b)\cdots D_a(I + \tau W_a)\big\|_2 \le 1 + c, \qquad "
-             r"\mathbb E\,\|h_L\|^2 > L^{2c}"),
-            (r"Claim 1, with batch normalisation ($n$ examples): the norm of the stream grows like $\sqrt L$:",
-             r"\mathbb E\,\|h_L\|_F^2 \approx n\, m\, L"),
-        ),
-        notebook="notebooks/04_tau.ipynb",
-    ),
-    "skipless": Paper(
-        tab="Cutting the Skip",
-        title="Cutting the Skip: Training Residual-Free Transformers",
-        summary="Skip connections make Transformers easy to train but keep re-injecting shallow features into deep "
-                "layers. Without them, a self-attention block's input Jacobian is badly conditioned at the usual "
-                "initialisation: diffuse attention logits make the attention map nearly the rank-one uniform "
-                "matrix. The paper's initialisation makes the logits diagonally dominant and the value-output "
-                "product orthogonal, so a ViT trains without any skip.",
-        equations=(
-            (r"The input Jacobian of attention block $\ell$ ($A_\ell$: the attention map, $A'_\ell$: its derivative; "
-             "Eq. 10) and its condition number:",
-             r"K_\ell = \big(\hat X_{\ell-1} W^V_\ell W^O_\ell \otimes I_n\big)^\top A'_\ell + "
-             r"\big(W^V_\ell W^O_\ell\big)^\top \otimes A_\ell, \qquad \kappa(K) = \frac{s_{\max}(K)}{s_{\min}(K)}"),
-            (r"The proposed initialisation, from the SVD $Q = USV^\top$ of a random matrix (Sec. 5; supervised ViTs: "
-             r"$\alpha = 2, \beta = 0.6, c = 3$):",
-             r"W^V_\ell = c\,U,\quad W^O_\ell = c\,V^\top, \qquad "
-             r"W^Q_\ell {W^K_\ell}^\top = \alpha Z + \beta I,\quad Z_{ij} \sim \mathcal N(0, 1/d)"),
-        ),
-        notebook="notebooks/05_skipless.ipynb",
-    ),
-}
 
 VERDICTS = {  # a claim's verdict -> (badge colour, icon, label); the labels are explorer.plots.VERDICT_STYLES'
     "holds": ("green", ":material/check_circle:", plots.VERDICT_STYLES["holds"][1]),
@@ -410,10 +286,9 @@ def claims_section(paper: str, fast: bool) -> None:
 
 
 def presets_section(paper: str) -> None:
-    presets = [(name, entry) for name, entry in explorer.registry("presets").items()
-               if entry.extra.get("paper") == paper]
+    presets = presets_of(paper)
     with st.expander(f"Presets ({len(presets)}): the paper's experiments at CPU scale, to train live in Train"):
-        for name, entry in presets:
+        for name, entry in presets.items():
             text, button = st.columns([5, 1], vertical_alignment="center")
             text.markdown(f"`{name}`: {escape(entry.description)}")
             if button.button("Open in Train", key=f"papers-open-{name}", icon=":material/open_in_new:"):
@@ -421,7 +296,7 @@ def presets_section(paper: str) -> None:
 
 
 def paper_section(paper: str, fast: bool) -> None:
-    info = PAPERS[paper]
+    info = PAPERS[paper]  # the paper's record, declared in explorer/papers/<paper>.py
     st.subheader(info.title)
     st.markdown(info.summary)
     for text, latex in info.equations:
@@ -434,7 +309,7 @@ def paper_section(paper: str, fast: bool) -> None:
 
 collect_finished()
 st.title("Papers")
-st.caption("Five papers on residual connections: what each one says, its key equations, and its claims rerun on "
+st.caption(f"{len(PAPERS)} papers on residual connections: what each one says, its key equations, and its claims rerun on "
            "real training runs at CPU scale, with the numbers measured and a verdict.")
 fast_mode = st.toggle("Fast mode", value=True, key="papers-fast")
 st.caption(MODES)

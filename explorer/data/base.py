@@ -112,7 +112,7 @@ class Dataset:
 
 def dims(section) -> DataDims:
     """(input_shape, output_dim, task) of a data section, without generating the data."""
-    return DataDims.of(DATASETS[section.name].extra["dims"](section.params))
+    return DataDims.of(DATASETS[section.name].info.dims(section.params))
 
 
 def build_dataset(section) -> Dataset:
@@ -123,7 +123,7 @@ def build_dataset(section) -> Dataset:
         return cached.copy()
     params = dict(key[1])
     tensors = DATASETS[section.name].factory(**params)  # (x_train, y_train, x_val, y_val[, masks_train, masks_val])
-    shape, output_dim, task = DataDims.of(DATASETS[section.name].extra["dims"](params))
+    shape, output_dim, task = DataDims.of(DATASETS[section.name].info.dims(params))
     dataset = Dataset(section.name, task, *tensors[:4], shape, output_dim, params.get("seed", 0), *tensors[4:])
     _remember(key, dataset)
     return dataset.copy()

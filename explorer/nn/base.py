@@ -84,32 +84,29 @@ class ReLU(nn.Sequential):
 
 def n_blocks(spec) -> int:
     """How many blocks the topology spans (a Transformer at module level counts attention and MLP apart)."""
-    return MODELS[spec.model.name].extra["n_blocks"](spec.model.params, spec.topology)
+    return MODELS[spec.model.name].info.n_blocks(spec.model.params, spec.topology)
 
 
 def check_model(spec, data_dims) -> None:
-    entry = MODELS[spec.model.name]
-    if entry.extra.get("check"):
-        entry.extra["check"](spec.model.params, data_dims)
-    if entry.extra.get("check_spec"):
-        entry.extra["check_spec"](spec)
+    """The model's own check of a spec and its data's dimensions (SpecError naming the field)."""
+    check = MODELS[spec.model.name].info.check
+    if check:
+        check(spec, data_dims)
 
 
 def roles(model: nn.Module) -> dict[str, str]:
     """{parameter name: role} for every parameter of the model.
 
-    Roles come from each module's ROLES; topology parameters are "mix" (coefficients) or
-    "scale" (tau).
+    Roles come from each module's ROLES, topologies included: their coefficients are "mix" and
+    their scalar gates "scale" (the scalar-gate learning rate, explorer.optim), whatever their names.
     """
     found = {}
     for module_name, module in model.named_modules():
         declared = getattr(module, "ROLES", {})
         for param_name, _ in module.named_parameters(recurse=False):
-            if isinstance(module, Topology):
-                role = "scale" if param_name == "tau" else "mix"
-            else:
-                role = declared.get(param_name)
+            role = declared.get(param_name)
             if role is None:
-                raise AssertionError(f"parameter {module_name}.{param_name} has no role")
+                raise AssertionError(f"parameter {module_name}.{param_name} has no role; declare it in "
+                                     f"{type(module).__name__}.ROLES")
             found[f"{module_name}.{param_name}" if module_name else param_name] = role
     return found

@@ -20,7 +20,7 @@ from torch import nn
 from explorer.nn.blocks import Linear
 from explorer.nn.base import MODELS, Network, Stack
 from explorer.registries import Param, SpecError
-from explorer.topology import build_topology, is_shareable
+from explorer.topology import TOPOLOGIES, build_topology, is_shareable
 
 
 class Conv(nn.Module):
@@ -100,7 +100,8 @@ class Stages(nn.Sequential):
         return [m for m in self if isinstance(m, Stack)]
 
 
-def _resnet_check(p, data_dims):
+def _resnet_check(spec, data_dims):
+    p = spec.model.params
     if len(data_dims.input_shape) != 3:
         raise SpecError("data.name", f"resnet-cifar needs image data (C, H, W), got inputs of shape {data_dims.input_shape}; "
                                      "use an image dataset such as digits-images or shapes")
@@ -146,16 +147,13 @@ def resnet_cifar(depth, width, norm, shortcut, topology, data_dims):
     return Network(embed, Stages(*parts), head)
 
 
-def _allconv_check(p, data_dims):
+def _allconv_check(spec, data_dims):
     if len(data_dims.input_shape) != 3:
         raise SpecError("data.name", f"allconv needs image data (C, H, W), got inputs of shape {data_dims.input_shape}; "
                                      "use an image dataset such as digits-images or shapes")
-    if p["depth"] != 9:
+    if spec.model.depth != 9:
         raise SpecError("model.depth", "All-CNN has exactly 9 convolutions (IDInit Table 9); set model.depth=9")
-
-
-def _allconv_topology_check(spec) -> None:
-    if spec.model.name == "allconv" and spec.topology.name != "none":
+    if TOPOLOGIES[spec.topology.name].info.residual:
         raise SpecError("topology.name", "allconv is the non-residual baseline and has no residual stream; "
                                          "use topology.name=none (or model resnet-cifar for a residual CNN)")
 
@@ -164,7 +162,7 @@ def _allconv_topology_check(spec) -> None:
     "allconv",
     "All-CNN-C (IDInit Table 9): nine convolutions, no residual connection, global average pooling",
     defaults={"depth": 9, "width": 96},
-    n_blocks=lambda p, topology: 0, check=_allconv_check, check_spec=_allconv_topology_check,
+    n_blocks=lambda p, topology: 0, check=_allconv_check,
 )
 def allconv(depth, width, topology, data_dims):
     """3x3 convs (w, w, w stride 2, 2w, 2w, 2w stride 2, 2w), 1x1 convs (2w, classes), ReLUs, average pool.

@@ -16,7 +16,8 @@ from explorer.registries import Param, SpecError, registry
 from explorer.topology import build_topology
 
 
-def _square_check(p, data_dims):
+def _square_check(spec, data_dims):
+    p = spec.model.params
     d_in, d_out, task = data_dims.input_dim, data_dims.output_dim, data_dims.task
     if task != "regression" or d_in != d_out:
         raise SpecError("model.name", f"this model maps R^d to R^d, so it needs a regression dataset with equal input "
@@ -33,8 +34,9 @@ def linear(depth, width, topology, data_dims):
     return Network(nn.Identity(), Stack(blocks, build_topology(topology, depth, width, depth)), nn.Identity())
 
 
-def _lowrank_check(p, data_dims):
-    _square_check(p, data_dims)
+def _lowrank_check(spec, data_dims):
+    _square_check(spec, data_dims)
+    p = spec.model.params
     if p["rank"] > p["width"]:
         raise SpecError("model.rank", f"rank {p['rank']} exceeds width {p['width']}; use a rank of at most {p['width']}")
 
@@ -47,8 +49,8 @@ def lowrank(depth, width, rank, topology, data_dims):
     return Network(nn.Identity(), Stack(blocks, build_topology(topology, depth, width, depth)), nn.Identity())
 
 
-def _mlp_resnet_check(p, data_dims):
-    if p["depth"] < 2:
+def _mlp_resnet_check(spec, data_dims):
+    if spec.model.depth < 2:
         raise SpecError("model.depth", "the MLP-ResNet needs depth L >= 2 (input layer, L-1 residual layers, "
                                        "a fully connected layer); set model.depth=2 or more")
 
@@ -102,7 +104,7 @@ def build_model(spec, data_dims) -> Network:
     branch gets a zero-initialised scalar gate. The flag is read from the init registry by name.
     """
     model = MODELS[spec.model.name].factory(topology=spec.topology, data_dims=data_dims, **spec.model.params)
-    if registry("inits")[spec.init.name].extra.get("gates"):
+    if registry("inits")[spec.init.name].info.gates:
         for stack in (m for m in model.modules() if isinstance(m, Stack)):
             stack.blocks = nn.ModuleList(Gated(b) for b in stack.blocks)
     return model

@@ -12,9 +12,10 @@ LayerNorm, RMSNorm or no normalisation. The topology acts at one of two levels:
     layer_j(h) = h + f(h) (ANCRe Sec. 5 and its official code): the layer keeps its own
     residual and the shortcut sum comes on top (see topology.ANCRe, `layer_residual`);
   - `grn-v*`, `dca`: the mixes read the stack [x_0, f_1, ..., f_{t-1}] of what each block
-    added (DCA Sec. 3.1, Eq. of g_t), and under `dca` each block takes separate query, key and
-    value inputs (Sec. 3.2, Figure 4), so the block's input is "included in the inputs of both
-    the attention and the feed forward module" and not added to its output;
+    added (DCA Sec. 3.1, Eq. of g_t), and under `dca` (whose metadata declares
+    `separate_qkv_inputs`) each block takes separate query, key and value inputs (Sec. 3.2,
+    Figure 4), so the block's input is "included in the inputs of both the attention and the
+    feed forward module" and not added to its output;
   - `none`, `shortcuts`: x_j = f(x_{j-1}) (+ the listed shortcuts): only the inner skip stays;
 * module level: the Stack's blocks are the attention and MLP sub-blocks, so every mix is
   placed before each attention and before each MLP (2 x depth blocks). `skipless` always
@@ -190,7 +191,7 @@ class Pool(nn.Module):
 
 def level(params: dict, topology) -> str:
     """Where the topology acts: "block" or "module" (skipless always at module level)."""
-    return TOPOLOGIES[topology.name].extra.get("level") or params["level"]
+    return TOPOLOGIES[topology.name].info.level or params["level"]
 
 
 def _blocks_and_stack(p: dict, topology, depth: int, causal: bool, rotary: Rotary | None) -> Stack:
@@ -198,7 +199,7 @@ def _blocks_and_stack(p: dict, topology, depth: int, causal: bool, rotary: Rotar
     sub_norm = "none" if post else p["norm"]  # pre-norm: inside the sub-blocks; post-norm: after the merges
     hidden = max(1, round(width * p["mlp_ratio"]))
 
-    separate_inputs = bool(TOPOLOGIES[topology.name].extra.get("separate_inputs"))
+    separate_inputs = TOPOLOGIES[topology.name].info.separate_qkv_inputs
 
     def attention():
         return Attention(width, p["heads"], sub_norm, causal, rotary, separate_inputs)
@@ -220,12 +221,14 @@ def _n_blocks(p, topology) -> int:
     return p["depth"] * (2 if level(p, topology) == "module" else 1)
 
 
-def _check_common(p, spec) -> None:
+def _check_common(spec) -> None:
+    p = spec.model.params
     if p["width"] % p["heads"]:
         raise SpecError("model.heads", f"the width {p['width']} must split evenly into {p['heads']} heads; "
                                        f"choose heads dividing {p['width']} (e.g. {math.gcd(p['width'], 4)})")
-    if spec.topology.name == "dca" and level(p, spec.topology) == "module":
-        raise SpecError("model.level", "dca mixes the query, key and value inputs of whole blocks; set model.level=block")
+    if TOPOLOGIES[spec.topology.name].info.separate_qkv_inputs and level(p, spec.topology) == "module":
+        raise SpecError("model.level", f"{spec.topology.name} mixes the query, key and value inputs of whole blocks; "
+                                       "set model.level=block")
 
 
 TRANSFORMER_PARAMS = (
@@ -240,14 +243,11 @@ TRANSFORMER_PARAMS = (
 )
 
 
-def _gpt_check(p, data_dims):
+def _gpt_check(spec, data_dims):
     if data_dims.task != "language-modeling":
         raise SpecError("data.name", f"gpt is a language model and needs token sequences (got {data_dims.task} data); "
                                      "use data.name=text")
-
-
-def _gpt_check_spec(spec):
-    _check_common(spec.model.params, spec)
+    _check_common(spec)
 
 
 @MODELS.register(
@@ -256,7 +256,7 @@ def _gpt_check_spec(spec):
     TRANSFORMER_PARAMS + (Param("positions", "choice", "learned", "position encoding: learned vectors or rotary (RoPE)",
                                 choices=("learned", "rotary")),),
     defaults={"depth": 4, "width": 64},
-    n_blocks=_n_blocks, check=_gpt_check, check_spec=_gpt_check_spec, transformer=True,
+    n_blocks=_n_blocks, check=_gpt_check, transformer=True,
 )
 def gpt(depth, width, heads, mlp_ratio, norm, placement, level, positions, topology, data_dims):
     p = dict(width=width, heads=heads, mlp_ratio=mlp_ratio, norm=norm, placement=placement, level=level)
@@ -267,7 +267,8 @@ def gpt(depth, width, heads, mlp_ratio, norm, placement, level, positions, topol
     return Network(embed, _blocks_and_stack(p, topology, depth, causal=True, rotary=rotary), head)
 
 
-def _vit_check(p, data_dims):
+def _vit_check(spec, data_dims):
+    p = spec.model.params
     if len(data_dims.input_shape) != 3 or data_dims.task != "classification":
         raise SpecError("data.name", f"vit classifies images (C, H, W), got inputs of shape {data_dims.input_shape} "
                                      f"({data_dims.task}); use an image dataset such as shapes or digits-images")
@@ -275,10 +276,7 @@ def _vit_check(p, data_dims):
     if h % p["patch"] or w % p["patch"]:
         raise SpecError("model.patch", f"patches of {p['patch']} pixels do not tile {h} x {w} images; "
                                        f"choose a patch size dividing {math.gcd(h, w)}")
-
-
-def _vit_check_spec(spec):
-    _check_common(spec.model.params, spec)
+    _check_common(spec)
 
 
 @MODELS.register(
@@ -289,7 +287,7 @@ def _vit_check_spec(spec):
         Param("pooling", "choice", "cls", "class token or mean of the patch tokens", choices=("cls", "mean")),
     ),
     defaults={"depth": 4, "width": 64},
-    n_blocks=_n_blocks, check=_vit_check, check_spec=_vit_check_spec, transformer=True,
+    n_blocks=_n_blocks, check=_vit_check, transformer=True,
 )
 def vit(depth, width, heads, mlp_ratio, norm, placement, level, patch, pooling, topology, data_dims):
     p = dict(width=width, heads=heads, mlp_ratio=mlp_ratio, norm=norm, placement=placement, level=level)

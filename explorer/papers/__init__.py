@@ -1,15 +1,14 @@
-"""One module per paper: its presets (named specs at CPU scale) and its claims (see explorer.papers.claims).
+"""One module per paper: its `Paper` record (what it says, its equations, its notebook and its presets, at CPU
+scale) and its claims (see explorer.papers.claims).
 
-Importing this package imports every paper module, which registers its claims, and registers their
-presets; the paper modules import only `explorer.papers.base` and `explorer.papers.claims` of this package.
+Importing this package imports every paper module, in the order of their notebooks; each registers its record
+and presets in `PAPERS` and `PRESETS`, then its claims. The paper modules import only `explorer.papers.base` and
+`explorer.papers.claims` of this package. A new paper is a new module here, added to the import below.
 """
 
 from __future__ import annotations
 
-from explorer.papers.base import PRESETS, clear_cache, preset, register_presets
-from explorer.papers import ancre, dca, idinit, skipless, tau  # noqa: I001  (register their claims)
+from explorer.papers.base import PAPERS, PRESETS, Paper, clear_cache, preset, presets_of
+from explorer.papers import ancre, dca, idinit, tau, skipless  # noqa: F401,I001  (register their records and claims)
 
-for _module in (ancre, dca, idinit, skipless, tau):
-    register_presets(_module.__name__.rsplit(".", 1)[-1], _module.PRESETS)
-
-__all__ = ["PRESETS", "clear_cache", "preset"]
+__all__ = ["PAPERS", "PRESETS", "Paper", "clear_cache", "preset", "presets_of"]

@@ -96,8 +96,41 @@ PRESETS.update({
 
 import math  # noqa: E402
 
-from explorer.papers.base import preset, train_all
+from explorer.papers.base import Paper, preset, register_paper, train_all
 from explorer.papers.claims import Decision, Verdict, claim, combine, decide, decide_all  # noqa: E402
+
+
+PAPER = register_paper(Paper(
+    # The equations follow the paper where its text conversion is garbled: Eq. 8 sums its denominator over
+    # k = 1..j-1, but Eq. 7 (sum over i = 0..j-1 of p_ij = 1) needs k = 0..j-1, which is what is shown. The
+    # layer update is the library's form of the paper's "aggregated shortcuts to layer j" (explorer.topology).
+    id="ancre",
+    tab="ANCRe",
+    title="ANCRe: Adaptive Neural Connection Reassignment for Efficient Depth Scaling",
+    summary="A residual network need not connect each layer only to the one before it: any shortcut i:j from "
+            "an earlier output to a later layer is possible. On deep linear networks *where* the shortcut goes "
+            "changes how fast gradient descent converges, exponentially: the single shortcut 0:2 gives a linear "
+            "(exponential) rate, 0:1 only a sublinear one. ANCRe learns the placement from data, with "
+            "softmax-normalised coefficients on all shortcuts, and carries it over to Transformers.",
+    equations=(
+        (r"The 3-layer linear network with the shortcut 0:1, and with 0:2 (whitened data, $XX^\top = I$):",
+         r"\mathcal L_1 = \tfrac12\big\|W_3 W_2 (W_1 + I)X - Y\big\|_F^2, \qquad "
+         r"\mathcal L_2 = \tfrac12\big\|W_3 (W_2 W_1 + I)X - Y\big\|_F^2"),
+        ("Under gradient flow from a small initialisation (Theorems 3.2 and 3.3):",
+         r"\mathcal L_1(t) \ge \Omega(1/t^2), \qquad \mathcal L_2(t) \le \mathcal L_2(0)\, e^{-2(1-\lambda)^2 t}"),
+        ("ANCRe: every earlier output feeds layer $j$, with ingoing-normalised coefficients at a temperature "
+         "$T$ (the paper states 0.1; 0.01 for language models and in the official code):",
+         r"x_j = f_j(x_{j-1}) + \sum_{i<j} p_{ij}\, x_i, \qquad "
+         r"p_{ij} = \frac{\exp(c_{ij}/T)}{\sum_{k=0}^{j-1} \exp(c_{kj}/T)}"),
+        ("In a Transformer each whole layer keeps its own residual and the shortcut sum comes on top "
+         "(the official code):",
+         r"h_j = \underbrace{h_{j-1} + a_j + \mathrm{mlp}(h_{j-1} + a_j)}_{\mathrm{layer}_j(h_{j-1})}"
+         r" + \sum_{i<j} p_{ij}\, h_i, \qquad a_j = \mathrm{attn}(\mathrm{norm}(h_{j-1}))"),
+    ),
+    notebook="notebooks/01_ancre.ipynb",
+    presets=PRESETS,
+))
+
 
 _FLOAT_FLOOR = 1e-9   # float32 losses bottom out near 1e-12..1e-13 here; nothing below 1e-9 is read as a rate
 

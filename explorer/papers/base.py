@@ -1,4 +1,4 @@
-"""The presets registry (named specs at CPU scale, each paper module's PRESETS registered by the package),
+"""The papers and presets registries (each paper module registers its `Paper` record, with its presets),
 the papers' run cache, and the runner that trains a claim's runs as independent jobs.
 
 The claims and the notebooks share their runs through `cached`: one least-recently-used cache for every
@@ -49,10 +49,39 @@ def clear_cache() -> None:
     RUNS.clear()
 
 
-def register_presets(paper: str, presets: dict) -> None:
-    """Register a paper module's {name: (description, spec dict)} under its paper id."""
-    for name, (description, spec_dict) in presets.items():
-        PRESETS.add(Entry(name, description, (), _loader(spec_dict), {"paper": paper}))
+@dataclass(frozen=True)
+class Paper:
+    """One paper, declared once, in its own module (explorer/papers/<id>.py): what the Papers page says of it,
+    the notebook that walks through it and its presets. Its claims register themselves under `id`
+    (explorer.papers.claims); the command line, the app and the tests read the rest from here."""
+
+    id: str  # `--paper` on the command line; the paper of its presets and claims
+    tab: str  # its short name: the Papers page's tab, and ?paper= in the app's URL
+    title: str
+    summary: str  # what it says, in plain language (markdown)
+    equations: tuple[tuple[str, str], ...]  # the equations its claims test: (what it says (markdown), LaTeX)
+    notebook: str  # the notebook that walks through its claims, from the project folder
+    presets: dict[str, tuple[str, dict]]  # its experiments at CPU scale: name -> (description, spec dict)
+
+
+PAPERS: dict[str, Paper] = {}  # id -> Paper, in the order of their notebooks (explorer.papers imports them so)
+
+
+def register_paper(paper: Paper) -> Paper:
+    """Register `paper` and its presets (a paper module does, above its claims); returns it."""
+    if paper.id in PAPERS:
+        raise ValueError(f"paper {paper.id!r} is registered twice")
+    PAPERS[paper.id] = paper
+    for name, (description, spec_dict) in paper.presets.items():
+        PRESETS.register(name, description, paper=paper.id)(_loader(spec_dict))
+    return paper
+
+
+def presets_of(paper: str) -> dict[str, Entry]:
+    """The presets of `paper` (name -> registry entry, as the paper declares them); a SpecError lists the papers."""
+    if paper not in PAPERS:
+        raise SpecError("paper", f"unknown paper {paper!r}; valid papers: {', '.join(PAPERS)}")
+    return {name: PRESETS[name] for name in PAPERS[paper].presets}
 
 
 def _loader(spec_dict):

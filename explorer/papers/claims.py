@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from explorer.papers.base import PAPERS
 from explorer.registries import SpecError
 
-PAPERS = ("ancre", "dca", "idinit", "tau", "skipless")
 VERDICTS = ("holds", "does-not-hold", "inconclusive", "not-tested", "error")
 SCALES = ("cpu", "paper")
 FULL_SEEDS = (0, 1, 2)
@@ -241,7 +241,8 @@ CLAIMS: dict[str, Claim] = {}
 
 def claim(paper: str, id: str, section: str, statement: str, source: str, paper_scale: str, paper_spec: bool = False,
           full_seeds: int = len(FULL_SEEDS), deterministic: bool = False):
-    """Register `check(mode, **controls) -> Verdict` as a claim of `paper` (one of PAPERS), under a unique `id`.
+    """Register `check(mode, **controls) -> Verdict` as a claim of `paper` (in PAPERS: its module registers its
+    `Paper` above its claims), under a unique `id`.
 
     `source`: the paper's words, quoted, with their location; `paper_scale`: what running the claim at the
     paper's size means here (`--scale paper`), with the hardware and time it needs, or why it is the same;
@@ -249,7 +250,8 @@ def claim(paper: str, id: str, section: str, statement: str, source: str, paper_
     otherwise `--scale paper` answers inconclusive with `paper_scale` as the reason; `full_seeds`: the seeds full
     mode runs (more where the noise needs them); `deterministic`: one run decides, whatever the seed."""
     if paper not in PAPERS:
-        raise ValueError(f"paper must be one of {', '.join(PAPERS)}, got {paper!r}")
+        raise ValueError(f"paper {paper!r} is not registered: register its Paper (register_paper) above its claims; "
+                         f"registered: {', '.join(PAPERS)}")
 
     def register(check: Callable[..., Verdict]) -> Callable[..., Verdict]:
         key = f"{paper}/{id}"

@@ -80,8 +80,34 @@ PRESETS.update({
 import math  # noqa: E402
 import statistics  # noqa: E402
 
-from explorer.papers.base import preset, train_all  # noqa: E402
+from explorer.papers.base import Paper, preset, register_paper, train_all  # noqa: E402
 from explorer.papers.claims import Decision, Verdict, claim, combine, decide, decide_all, seeded  # noqa: E402
+
+
+PAPER = register_paper(Paper(
+    # GRN-v3's formula is missing from the paper's text; it is written from its description (weights b_t + w_t-bar,
+    # where w_t-bar is a ReLU of a learned projection w_t of the stacked outputs, shared by all d features).
+    id="dca",
+    tab="DCA",
+    title="DeepCrossAttention: Supercharging Transformer Residual Connections",
+    summary="A standard residual network adds every block's output to one stream with weight 1, so what early "
+            "blocks computed gets diluted. Generalized residual networks (GRN) let each block read a learned "
+            "combination of all earlier outputs; DeepCrossAttention (DCA) uses three such combinations to give "
+            "every Transformer block its own queries, keys and values. A theorem on low-rank linear networks "
+            "says the learned combinations help most when the model's rank (its width) is small.",
+    equations=(
+        (r"The input of block $t$ mixes the stack of earlier outputs $G_t = [x_0, y_1, \dots, y_{t-1}]$: ResNet, "
+         r"GRN-v1, GRN-v2 and GRN-v3 ($\sigma$ = ReLU, $w_t = 0$ at init):",
+         r"G_t\mathbf 1, \qquad G_t b_t, \qquad (G_t \odot b_t)\mathbf 1, \qquad "
+         r"\big(G_t \odot (b_t + \mathbf 1\,\sigma(w_t^\top G_t))\big)\mathbf 1"),
+        (r"Theorem 4.1: with linear blocks of rank $r_t$ and collective rank $r_* = \sum_t r_t < d$, what each "
+         "architecture can express ($D$ diagonal):",
+         r"\mathcal C_{\rm res} = \{I + M\},\quad \mathcal C_{\rm GRN\text{-}v1} = \{\alpha I + M\},\quad "
+         r"\mathcal C_{\rm GRN\text{-}v2} = \{D + M\}, \qquad \operatorname{rank} M \le r_*"),
+    ),
+    notebook="notebooks/02_dca.ipynb",
+    presets=PRESETS,
+))
 
 
 def train_cached(spec):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from explorer.nn import roles
-from explorer.papers.base import preset, run_jobs, train_all
+from explorer.papers.base import Paper, preset, register_paper, run_jobs, train_all
 from explorer.papers.claims import Verdict, claim, combine, decide, decide_all, seeded
 from explorer.probes import probe
 from explorer.spec import ExperimentSpec
@@ -124,6 +124,33 @@ PRESETS = {
                              "1000 steps", _resnet_spec({"name": "idinit"})),
     "idinit-table1-kaiming": ("Table 1: the same with Kaiming (fan_in, normal)", _resnet_spec({"name": "kaiming"})),
 }
+
+
+PAPER = register_paper(Paper(
+    id="idinit",
+    tab="IDInit",
+    title="IDInit: A Universal and Stable Initialization Method",
+    summary="Residual networks train best when every block starts as (almost) the identity. IDInit starts "
+            "every layer from an identity, non-square ones included (a padded identity, which also lifts a rank "
+            "limit that zero padding imposes), relies on SGD with momentum to make identical layers differ, "
+            "and replaces the exact zeros at the end of each residual branch by a tiny pattern of ±ε "
+            "(IDIZ) so that no weight is left without a gradient.",
+    equations=(
+        (r"The padded identity for a $D_{\rm out} \times D_{\rm in}$ weight (a tall layer is "
+         r"$[I; I; \dots]$; Eq. 3):",
+         r"\operatorname{IDI}_\tau(\theta)_{m,j} = \begin{cases} \tau & m \equiv j \pmod{D_{\rm in}} \\ "
+         r"0 & \text{otherwise} \end{cases}"),
+        ("Zero padding $[I; 0]$ of a layer that widens $D_0$ to $D_h$ keeps the residual part of the next square "
+         "layer low-rank; the padded identity lets it exceed $D_0$ (Theorem 3.1):",
+         r"\operatorname{rank}\big(\theta^{(1)} - I\big) \le D_0 \quad \text{(zero padding)}"),
+        (r"Dynamical isometry: $\chi$, the mean squared singular value of the input-output Jacobian, is about 1 "
+         "on the critical line (above 1: exploding gradients):",
+         r"\chi = \frac1n \sum_{i=1}^n \sigma_i^2(J_{io}) \approx 1"),
+    ),
+    notebook="notebooks/03_idinit.ipynb",
+    presets=PRESETS,
+))
+
 
 # --------------------------------------------------------------------------- helpers
 

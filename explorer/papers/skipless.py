@@ -75,8 +75,33 @@ PRESETS.update({
 
 import math  # noqa: E402
 
-from explorer.papers.base import preset, train_all  # noqa: E402
+from explorer.papers.base import Paper, preset, register_paper, train_all  # noqa: E402
 from explorer.papers.claims import Decision, Verdict, claim, combine, decide, seeded  # noqa: E402
+
+
+PAPER = register_paper(Paper(
+    id="skipless",
+    tab="Cutting the Skip",
+    title="Cutting the Skip: Training Residual-Free Transformers",
+    summary="Skip connections make Transformers easy to train but keep re-injecting shallow features into deep "
+            "layers. Without them, a self-attention block's input Jacobian is badly conditioned at the usual "
+            "initialisation: diffuse attention logits make the attention map nearly the rank-one uniform "
+            "matrix. The paper's initialisation makes the logits diagonally dominant and the value-output "
+            "product orthogonal, so a ViT trains without any skip.",
+    equations=(
+        (r"The input Jacobian of attention block $\ell$ ($A_\ell$: the attention map, $A'_\ell$: its derivative; "
+         "Eq. 10) and its condition number:",
+         r"K_\ell = \big(\hat X_{\ell-1} W^V_\ell W^O_\ell \otimes I_n\big)^\top A'_\ell + "
+         r"\big(W^V_\ell W^O_\ell\big)^\top \otimes A_\ell, \qquad \kappa(K) = \frac{s_{\max}(K)}{s_{\min}(K)}"),
+        (r"The proposed initialisation, from the SVD $Q = USV^\top$ of a random matrix (Sec. 5; supervised ViTs: "
+         r"$\alpha = 2, \beta = 0.6, c = 3$):",
+         r"W^V_\ell = c\,U,\quad W^O_\ell = c\,V^\top, \qquad "
+         r"W^Q_\ell {W^K_\ell}^\top = \alpha Z + \beta I,\quad Z_{ij} \sim \mathcal N(0, 1/d)"),
+    ),
+    notebook="notebooks/05_skipless.ipynb",
+    presets=PRESETS,
+))
+
 
 # The shapes presets (skip-table1-*, for the PCA maps and dense probes): fast = a small ViT; CPU = 20k images (2000
 # overfit), 200 steps; paper = 2000 steps. On shapes every arm stays near chance at these budgets (see table1-accuracy).

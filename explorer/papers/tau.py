@@ -62,10 +62,36 @@ PRESETS.update({
 
 import math  # noqa: E402
 
-from explorer.papers.base import RUNS, preset, run_jobs, train_all
+from explorer.papers.base import RUNS, Paper, preset, register_paper, run_jobs, train_all
 from explorer.probes import probe
 from explorer.training import build, train
 from explorer.papers.claims import Decision, Verdict, claim, combine, decide, decide_all  # noqa: E402
+
+
+PAPER = register_paper(Paper(
+    id="tau",
+    tab="τ stability",
+    title="Stability and Convergence Theory for Learning ResNet: A Full Characterization",
+    summary="How much may each residual block add to the stream for a very deep ResNet to train without "
+            "normalisation? The paper scales every branch by τ and proves that τ = 1/√L is a sharp threshold: "
+            "at or below it the forward and backward passes stay bounded at any depth L; for τ ≥ L^(−1/2+c) "
+            "the output norm grows at least like L^c. With batch normalisation the stream's norm grows like "
+            "√l, and τ = 1/√L on top of it keeps it flat.",
+    equations=(
+        (r"The ResNet of Section 2 (width $m$, depth $L$, $\phi$ = ReLU), with Kaiming initialisation:",
+         r"h_0 = \phi(Ax), \qquad h_l = \phi\big(h_{l-1} + \tau W_l h_{l-1}\big), \qquad "
+         r"(W_l)_{ij} \sim \mathcal N(0, 2/m)"),
+        (r"Theorem 1 ($\tau \le 1/\Omega(\sqrt L)$: with high probability, for any $b > a$ and diagonal "
+         r"$D_l$ of norm at most 1) and Theorem 4 ($\tau \ge L^{-1/2 + c}$):",
+         r"\big\|D_b(I + \tau W_b)\cdots D_a(I + \tau W_a)\big\|_2 \le 1 + c, \qquad "
+         r"\mathbb E\,\|h_L\|^2 > L^{2c}"),
+        (r"Claim 1, with batch normalisation ($n$ examples): the norm of the stream grows like $\sqrt L$:",
+         r"\mathbb E\,\|h_L\|_F^2 \approx n\, m\, L"),
+    ),
+    notebook="notebooks/04_tau.ipynb",
+    presets=PRESETS,
+))
+
 
 RULES = {"1/L": lambda L: 1.0 / L, "1/sqrt(L)": lambda L: L ** -0.5, "1/L^0.25": lambda L: L ** -0.25}
 

@@ -9,6 +9,10 @@ format: vectors, images or token ids). It runs the model in eval mode and restor
 previous mode, leaves the parameters' gradients as it found them, and returns a dict of
 numpy arrays on the CPU. `PROBES` lists them with their options declared as `Param`s, so
 the CLI and the app can list and validate them like every other registry.
+
+A probe is one function in one module: registered with `@PROBES.register(...)`, and drawn by the
+figure builder its module declares beside it with `@explorer.plots.figure_for(name)` (a probe that
+declares none is drawn as a table of its numbers, so every registered probe shows on the Train page).
 """
 
 from explorer.probes.core import PROBES, probe, validation_tensors

@@ -17,12 +17,14 @@ the conditioning on the Jacobian's range, with the rank reported next to it.
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from explorer import plots
 from explorer.nn.blocks import MLPBlock
 from explorer.nn.transformer import Attention, TransformerBlock
 from explorer.probes.core import PROBES
@@ -145,9 +147,12 @@ def param_jacobian(model, inputs, block, part, max_inputs, method, iterations, r
     sizes = [p.numel() for p in params]
     flat = torch.cat([p.reshape(-1) for p in params])
 
+    stack = copy.deepcopy(model.stack)  # functional_call swaps parameters in and out: never in the model itself,
+    # which an interrupted swap (a time limit, an error inside jvp) would leave holding plain tensors
+
     def stack_of_params(theta):
         pieces = dict(zip([f"{prefix}.{n}" for n in names], (c.view_as(p) for c, p in zip(theta.split(sizes), params))))
-        return torch.func.functional_call(model.stack, pieces, (x0,)).reshape(-1)
+        return torch.func.functional_call(stack, pieces, (x0,)).reshape(-1)
 
     captured = []
     hook = module.register_forward_pre_hook(lambda m, args: captured.append(args[0][:1].detach()))
@@ -166,3 +171,11 @@ def param_jacobian(model, inputs, block, part, max_inputs, method, iterations, r
             "param_rank": np.array(j["rank"]), "input_singular_values": k["singular_values"],
             "input_kappa": np.array(k["kappa"]), "input_rank": np.array(k["rank"]),
             "exact": np.array([int(j["exact"]), int(k["exact"])])}
+
+
+@plots.figure_for("param-jacobian")
+def param_jacobian_figures(r, head):
+    """The parameter- and input-Jacobian spectra of the sub-block, both condition numbers in the title."""
+    curves = {"parameter Jacobian": r["param_singular_values"], "input Jacobian": r["input_singular_values"]}
+    return [plots.spectra(curves, f"{head}sub-block Jacobian spectra (κ params {float(r['param_kappa']):.3g}, "
+                                  f"κ input {float(r['input_kappa']):.3g})")]

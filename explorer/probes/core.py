@@ -13,7 +13,7 @@ from explorer.registries import Registry, SpecError
 
 PROBES = Registry("probes")
 # Options that take a tensor rather than a value a Param can coerce are declared by each
-# entry as extra `tensors={"name": "help"}`.
+# entry in its metadata (explorer.registries.ProbeInfo) as `tensors={"name": "help"}`.
 
 
 def probe(model: nn.Module, inputs: torch.Tensor, name: str, **options: Any) -> dict[str, np.ndarray]:
@@ -23,7 +23,7 @@ def probe(model: nn.Module, inputs: torch.Tensor, name: str, **options: Any) -> 
     `probe.<option>` on a bad one); missing options take their defaults.
     """
     entry = PROBES.lookup(name, "probe")
-    tensors = entry.extra.get("tensors", {})
+    tensors = entry.info.tensors
     values = entry.defaults()
     values.update({key: None for key in tensors})
     for key, value in options.items():
@@ -52,7 +52,7 @@ def probe(model: nn.Module, inputs: torch.Tensor, name: str, **options: Any) -> 
 def validation_tensors(name: str, data, n: int) -> dict[str, torch.Tensor]:
     """The tensor options probe `name` takes, from the first `n` validation examples of `data` (a Dataset):
     targets for the probes that need the labels, masks for those that score segmentation (when the data has them)."""
-    wanted = PROBES.lookup(name, "probe").extra.get("tensors", {})
+    wanted = PROBES.lookup(name, "probe").info.tensors
     extra = {}
     if "targets" in wanted:
         extra["targets"] = data.y_val[:n]

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from explorer import plots
 from explorer.nn.transformer import PatchEmbedding, TransformerBlock
 from explorer.probes.core import PROBES
 from explorer.registries import Param, SpecError
@@ -165,3 +166,17 @@ def pca(model, inputs, block, max_inputs, masks):
     except ValueError as error:
         raise SpecError("probe", str(error)) from None
     return result
+
+
+@plots.figure_for("pca")
+def pca_figures(r, head):
+    """The first four input images above their PCA feature maps per block, and the dense probe's mIoU per block
+    (when it was scored)."""
+    rgb = r["rgb"][:, :4]
+    inputs = r["images"][:rgb.shape[1]] if "images" in r else None  # results recorded before it had images
+    figs = [plots.pca_grid(rgb, plots.state_labels(r["blocks"]), [f"image {i + 1}" for i in range(rgb.shape[1])],
+                           f"{head}PCA feature maps (first 3 components as RGB)", inputs=inputs)]
+    if "miou" in r and np.isfinite(r["miou"]).any():
+        figs.append(plots.norms_by_layer({"dense-probe mIoU": r["miou"]}, f"{head}dense linear probe mIoU by block",
+                                         ylabel="mIoU", labels=plots.state_labels(range(len(r["miou"])))))
+    return figs

@@ -1,4 +1,5 @@
-"""The probes themselves (registered in explorer.probes.core.PROBES)."""
+"""The probes themselves (registered in explorer.probes.core.PROBES), each followed by its figures
+(`explorer.plots.figure_for`: how `explorer.plots.probe_figures` draws its result)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from explorer import plots
 from explorer.data import loss_function
 from explorer.nn.base import WEIGHT_ROLES, Stack, roles
 from explorer.nn.transformer import Attention
-from explorer.topology import DCA
 from explorer.probes.core import PROBES
 from explorer.registries import Param, SpecError
 
@@ -99,6 +100,14 @@ def jacobian(model, inputs, max_inputs, k, max_dim):
     return {"singular_values": sv, "chi": chi}
 
 
+@plots.figure_for("jacobian")
+def jacobian_figures(r, head):
+    """The spectra of the first four inputs' Jacobians, the mean chi in the title."""
+    sv = r["singular_values"]
+    curves = {f"input {i}": sv[i] for i in range(min(4, len(sv)))}
+    return [plots.spectra(curves, f"{head}input-output Jacobian spectrum (mean χ = {r['chi'].mean():.4g})")]
+
+
 # --------------------------------------------------------------------------------------
 # weights
 # --------------------------------------------------------------------------------------
@@ -140,6 +149,16 @@ def weights(model, inputs, tol):
     return {"names": np.array(names, dtype=str), "shapes": np.array(shapes, dtype=np.int64).reshape(-1, 2),
             "singular_values": padded, "rank": np.array(ranks, dtype=np.int64),
             "residual_rank": np.array(residual, dtype=np.float64)}
+
+
+@plots.figure_for("weights")
+def weights_figures(r, head):
+    """The spectra of the first twelve weight matrices, and every matrix's numerical rank against its full rank."""
+    names = [str(n) for n in r["names"]]
+    curves = {n: r["singular_values"][i] for i, n in enumerate(names[:12])}
+    full = r["shapes"].min(axis=1)
+    return [plots.spectra(curves, f"{head}weight spectra" + (" (first 12 matrices)" if len(names) > 12 else "")),
+            plots.rank_plot(names, r["rank"], full, f"{head}numerical rank of each weight matrix")]
 
 
 # --------------------------------------------------------------------------------------
@@ -185,6 +204,14 @@ def norms(model, inputs):
             "labels": np.array(block_labels(model), dtype=str)}
 
 
+@plots.figure_for("norms")
+def norms_figures(r, head):
+    """The relative input and output norms by block, on a log axis."""
+    curves = {"output ||y_l|| / ||x_0||": r["relative_output_norm"], "input ||in_l|| / ||x_0||": r["relative_input_norm"]}
+    return [plots.norms_by_layer(curves, f"{head}norms by block, relative to the embedded input", log_y=True,
+                                 labels=[str(n) for n in r["labels"]] if "labels" in r else None)]
+
+
 # --------------------------------------------------------------------------------------
 # dead
 # --------------------------------------------------------------------------------------
@@ -224,6 +251,13 @@ def dead(model, inputs, task, targets):
         rows.append(int(zero.all(dim=1).sum()))
     return {"names": np.array([n for n, _ in named], dtype=str), "dead_weights": np.array(dead_weights, dtype=np.int64),
             "total_weights": np.array(total, dtype=np.int64), "dead_rows": np.array(rows, dtype=np.int64)}
+
+
+@plots.figure_for("dead")
+def dead_figures(r, head):
+    """The dead-weight fraction of each weight matrix."""
+    return [plots.dead_weights([str(n) for n in r["names"]], r["dead_weights"], r["total_weights"],
+                               f"{head}dead weights (entries whose loss gradient is exactly 0)")]
 
 
 # --------------------------------------------------------------------------------------
@@ -269,6 +303,13 @@ def attention(model, inputs):
             "entropy": -plogp.sum(-1).mean(-1)}
 
 
+@plots.figure_for("attention")
+def attention_figures(r, head):
+    """The attention maps, blocks by heads, the mean condition number in the title."""
+    return [plots.attention_maps(r["maps"], f"{head}attention maps (rows: blocks, columns: heads; "
+                                            f"mean κ = {np.nanmean(r['kappa']):.3g})")]
+
+
 # --------------------------------------------------------------------------------------
 # coefficients
 # --------------------------------------------------------------------------------------
@@ -291,9 +332,19 @@ def coefficients(model, inputs):
               # learned coefficients (ANCRe, GRN, DCA, learnable tau): figures show `own` by default
               "learnable": np.array(any(p.requires_grad for p in topology.parameters())),
               "blocks": np.array(_topology_blocks(model, topology))}
-    if getattr(topology, "version", None) == 3 or isinstance(topology, DCA):
+    if topology.input_dependent:
         result.update(_input_dependent_weights(model, topology, inputs))
     return result
+
+
+@plots.figure_for("coefficients")
+def coefficients_figures(r, head):
+    """The shortcut heatmap: the learned coefficients of a learnable topology, else the unrolled matrix
+    (`plots.coefficient_basis`)."""
+    basis = plots.coefficient_basis(r)
+    what = "learned coefficients (own basis)" if basis == "own" else "unrolled: who feeds whom"
+    return [plots.coefficient_heatmap(r[basis], f"{head}shortcut coefficients ({what})",
+                                      log_ratio=basis == "log_ratio", blocks=r.get("blocks"))]
 
 
 def _topology_blocks(model, topology) -> list[str]:

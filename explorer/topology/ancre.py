@@ -1,0 +1,99 @@
+"""ANCRe: every shortcut i:j with learnable, normalised coefficients."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from explorer.nn.mixing import Mixer, fast_path_ok
+from explorer.registries import Param
+from explorer.topology.base import TOPOLOGIES, Chunks, Topology, weighted_sum
+
+
+class ANCRe(Topology):
+    """All shortcuts i:j with learnable, softmax-normalised coefficients (ANCRe, Sec. 4.1).
+
+    p_ij = softmax(c_ij / temperature) over the sources i < j of each layer j (ingoing,
+    Eq. 7-8) or over the destinations j > i of each source i (outgoing, Eq. 6). The logits
+    c start at 0, so every normalisation starts uniform. normalization="none" uses
+    p_ij = exp(c_ij / temperature) without the normaliser: every shortcut starts at full
+    strength and nothing bounds them (Table 4's ablation; it may diverge).
+
+    Two forms, chosen by what a block is:
+
+    * plain layers (the linear case study, Sec. 3-4, Eq. 7): x_j = act(y_j + sum_{i<j} p_ij x_i);
+      the shortcuts are the only skips (`layer_residual=False`);
+    * whole residual layers (Transformers at block level, Sec. 5 and the official code
+      zhangyilang/ANCRe, ancre/ancre.py and llm/pretraining/modeling_llama.py: the shortcut sum
+      is added to the decoder layer's output, which already holds the layer's own residual):
+      h_j = layer_j(h_{j-1}) + sum_{i<j} p_ij h_i with layer_j(h) = h + y_j(h), i.e.
+      x_j = act(x_{j-1} + y_j + sum_{i<j} p_ij x_i) (`layer_residual=True`). The model says
+      which (see explorer.nn.transformer); at init (uniform p) layer j reads 1 + 1/j of x_{j-1}.
+    """
+
+    ROLES = {"logits": "mix"}
+
+    def __init__(self, n_blocks: int, normalization: str = "ingoing", temperature: float = 0.01,
+                 layer_residual: bool = False):
+        super().__init__(n_blocks)
+        self.normalization = normalization
+        self.temperature = temperature
+        self.layer_residual = layer_residual
+        size = n_blocks + 1
+        self.logits = nn.Parameter(torch.zeros(size, size))  # logits[i, j]: source i -> destination j
+        self.register_buffer("mask", torch.ones(size, size).triu(1).bool(), persistent=False)
+
+    def probabilities(self) -> torch.Tensor:
+        """P[i, j] (zero where i >= j)."""
+        scaled = self.logits / self.temperature
+        if self.normalization == "none":
+            return torch.exp(scaled) * self.mask
+        dim = 0 if self.normalization == "ingoing" else 1
+        return torch.softmax(scaled.masked_fill(~self.mask, float("-inf")), dim=dim).nan_to_num(0.0) * self.mask
+
+    def run(self, x0, blocks, acts):
+        p = self.probabilities()
+        if fast_path_ok(x0):
+            mixer = Mixer(p, x0)
+            x = x0
+            for j, block in enumerate(blocks, start=1):
+                y = block(x) + mixer.mix(j)
+                x = acts[j - 1](x + y if self.layer_residual else y)
+                mixer.push(x)
+            mixer.close()
+            return x
+        return self.run_reference(x0, blocks, acts, p)
+
+    def run_reference(self, x0, blocks, acts, p=None):
+        """The same computation with plain autograd ops (used under torch.func, and to test the fast path)."""
+        p = self.probabilities() if p is None else p
+        history = Chunks()
+        history.append(x0)
+        x = x0
+        for j, block in enumerate(blocks, start=1):
+            y = block(x) + weighted_sum(history, p[:j, j])
+            x = acts[j - 1](x + y if self.layer_residual else y)
+            history.append(x)
+        return x
+
+    def own_matrix(self):
+        own = self.probabilities().detach().cpu().double().numpy().T
+        return own + np.eye(len(own), k=-1) if self.layer_residual else own
+
+
+@TOPOLOGIES.register(
+    "ancre",
+    "ANCRe: all shortcuts i:j with learnable softmax-normalised coefficients",
+    (
+        Param("normalization", "choice", "ingoing", "softmax over sources (ingoing), destinations (outgoing), or none (may diverge)",
+              choices=("ingoing", "outgoing", "none")),
+        Param("temperature", "float", 0.01, "softmax temperature of the coefficients (0.01: the official code's default "
+                                            "and the paper's language models; the linear case-study presets set theirs)",
+              low=1e-4, high=100.0),
+    ),
+    layer_residual=True,
+    examples=({}, {"normalization": "outgoing"}, {"normalization": "none", "temperature": 0.1}),
+)
+def _ancre(n_blocks, width, depth, normalization, temperature, layer_residual=False):
+    return ANCRe(n_blocks, normalization, temperature, layer_residual)

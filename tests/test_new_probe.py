@@ -1,0 +1,72 @@
+"""A probe is one function in one file: registered here, it is probed, offered and drawn on the Train page."""
+
+import json
+
+import pytest
+import torch
+
+import explorer
+from explorer.probes import PROBES
+from explorer_app import jobs
+
+NAME = "output-scale"
+
+
+@pytest.fixture
+def output_scale():
+    """A probe that exists only while the test runs (and declares no figure)."""
+
+    @PROBES.register(NAME, "mean |output| of the model over the batch, per output unit")
+    def probe(model, inputs):
+        with torch.no_grad():
+            out = model(inputs).abs()
+        return {"mean_abs": out.mean(), "per_unit": out.mean(0)}
+
+    yield NAME
+    PROBES.unregister(NAME)
+
+
+class FinishedJob:
+    """A finished training job as the Train page reads it. The server trains in worker processes, which know
+    only the library's probes; this run trained here, where the test's probe is registered."""
+
+    active = False
+    run_id = None
+    id = "test-job"
+
+    def __init__(self, run):
+        self.run = run
+
+    def view(self, since: int = 0) -> jobs.JobView:
+        latest = {row["name"]: row["result"] for row in self.run.probe_history}
+        steps = [row["step"] for row in self.run.probe_history]
+        history = list(self.run.history)
+        return jobs.JobView(id=self.id, label="test", kind="train", status="finished", steps_done=self.run.steps_done,
+                            total_steps=self.run.spec.train.steps, error=None, queue_position=None,
+                            history=history[since:], history_length=len(history), probes=latest,
+                            probe_step=max(steps), steps_per_second=None, diverged_at=None, run_id=None)
+
+    def pause(self):
+        pass
+
+    resume = step = stop = pause
+
+
+def test_a_probe_registered_in_a_test_is_offered_and_drawn_on_the_train_page(open_page, output_scale):
+    spec = explorer.ExperimentSpec.default().with_values({"train.steps": 10, "train.log_every": 5})
+    run = explorer.train(spec, probes={"coefficients": {}, output_scale: {}}, probe_every=5)
+    result = FinishedJob(run).view().probes[output_scale]
+    assert set(result) == {"mean_abs", "per_unit"}
+
+    at = open_page("train")
+    assert output_scale in at.selectbox(key="train-probe").options
+    at.selectbox(key="train-probe").set_value(output_scale).run()
+    at.session_state["train-job"] = FinishedJob(run)
+    at.run()
+    assert not at.exception
+    charts = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    [table] = [c for c in charts if output_scale in c["layout"]["title"]["text"]]
+    names, _, values = table["data"][0]["cells"]["values"]
+    assert names == ["mean_abs", "per_unit"]
+    assert values[0] == f"{float(result['mean_abs']):.4g}"
+    assert values[1].split(", ") == [f"{v:.4g}" for v in result["per_unit"]]

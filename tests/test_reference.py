@@ -1,0 +1,164 @@
+"""explorer.nn.reference computes what the models compute: for every registered model and topology the
+reference forward, read from the built model's weights, gives the model's outputs and parameter gradients
+(float64, every parameter perturbed so that no coefficient sits at its symmetric initial value)."""
+
+import copy
+
+import pytest
+import torch
+
+import explorer
+from explorer.nn import reference
+
+TEXT = {"name": "text", "context": 6, "max_chars": 2000, "n_val": 8}
+IMAGES = {"name": "digits-images"}
+VECTORS = {"name": "spirals", "n_train": 8, "n_val": 8}
+SQUARE = {"name": "whitened-regression", "dim": 4, "n_train": 8, "n_val": 8}
+TRANSFORMER = {"depth": 2, "width": 8, "heads": 2, "mlp_ratio": 2}
+
+# one small spec per registered model (a model added later needs its line here)
+MODELS = {
+    "linear": {"data": SQUARE, "model": {"name": "linear", "depth": 3, "width": 4}},
+    "lowrank": {"data": SQUARE, "model": {"name": "lowrank", "depth": 3, "width": 4, "rank": 2}},
+    "mlp-resnet": {"data": VECTORS, "model": {"name": "mlp-resnet", "depth": 3, "width": 4}},
+    "mlp": {"data": VECTORS, "model": {"name": "mlp", "depth": 3, "width": 4, "norm": "layernorm"}},
+    "gpt": {"data": TEXT, "model": {"name": "gpt", **TRANSFORMER}},
+    "vit": {"data": IMAGES, "model": {"name": "vit", **TRANSFORMER, "patch": 4}},
+    "resnet-cifar": {"data": IMAGES, "model": {"name": "resnet-cifar", "depth": 20, "width": 2}},
+    "allconv": {"data": IMAGES, "model": {"name": "allconv", "depth": 9, "width": 2}},
+}
+# model variants that take other paths through the reference
+MODEL_VARIANTS = [
+    ("mlp", {"norm": "batchnorm", "bias": False}),
+    ("gpt", {"level": "module"}),
+    ("gpt", {"placement": "post", "norm": "rmsnorm", "positions": "rotary"}),
+    ("gpt", {"placement": "post", "norm": "layernorm", "level": "module"}),
+    ("vit", {"pooling": "mean", "norm": "none"}),
+    ("resnet-cifar", {"shortcut": "pad"}),
+    ("resnet-cifar", {"shortcut": "pool-bn"}),
+    ("resnet-cifar", {"norm": "none"}),
+]
+TOLERANCE = {"rtol": 1e-9, "atol": 1e-10}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """The tensors here are tiny: a second thread only adds contention on a loaded machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def examples() -> list[dict]:
+    """Every registered topology with each of the parameter values it registered for the tests."""
+    return [{"name": name, **example} for name, entry in explorer.registry("topologies").items()
+            for example in entry.info.examples]
+
+
+def section_id(section: dict) -> str:
+    return "-".join(str(value) for value in section.values())
+
+
+def build(model: str, topology: dict, seed: int = 0, init: str = "default", **model_values):
+    """(spec, float64 model with every parameter perturbed, a few inputs); pytest.skip where the spec refuses."""
+    raw = copy.deepcopy(MODELS[model])
+    raw["model"].update(model_values)
+    raw.update(topology=topology, init={"name": init})
+    try:
+        spec = explorer.ExperimentSpec.from_dict(raw)
+    except explorer.SpecError as refused:
+        pytest.skip(f"{model} refuses {topology['name']}: {refused}")
+    net, data = explorer.build(spec, device="cpu")
+    net = net.double()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    x = data.x_train[:3]
+    return spec, net, x.double() if x.is_floating_point() else x
+
+
+def gradients(output: torch.Tensor, net: torch.nn.Module, weights: torch.Tensor) -> list[torch.Tensor]:
+    params = list(net.parameters())
+    grads = torch.autograd.grad((output * weights).sum(), params, allow_unused=True)
+    return [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads)]
+
+
+def assert_same(spec, net, x) -> None:
+    """The reference's output and its gradients w.r.t. every parameter equal the model's."""
+    out = net(x)
+    ref = reference.forward(spec, net, x)
+    torch.testing.assert_close(ref, out, **TOLERANCE)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    names = [name for name, _ in net.named_parameters()]
+    for name, got, expected in zip(names, gradients(ref, net, weights), gradients(out, net, weights)):
+        torch.testing.assert_close(got, expected, **TOLERANCE, msg=lambda m, name=name: f"gradient of {name}: {m}")
+
+
+def test_every_model_and_topology_has_a_reference():
+    topologies = [name for name in explorer.registry("topologies") if name not in reference.MIXINGS]
+    assert not topologies, (f"no reference mixing for topologies {topologies}: write one in the topology's own file "
+                            f"with @reference_mixing(name) from explorer.nn.reference")
+    models = [name for name in explorer.registry("models") if name not in reference.FORWARDS]
+    assert not models, (f"no reference forward for models {models}: write one with @reference_model(name) "
+                        f"from explorer.nn.reference")
+    assert set(explorer.registry("models")) <= set(MODELS), "give each new model a small spec in MODELS above"
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+@pytest.mark.parametrize("topology", examples(), ids=section_id)
+def test_the_reference_is_the_model(model, topology):
+    if topology["name"] not in reference.MIXINGS:
+        pytest.fail(f"topology {topology['name']!r} has no reference mixing: write one in its own file with "
+                    f"@reference_mixing({topology['name']!r}) from explorer.nn.reference")
+    assert_same(*build(model, topology))
+
+
+@pytest.mark.parametrize("topology", ["cascaded", "ancre", "grn-v3", "dca"])
+@pytest.mark.parametrize("model, values", MODEL_VARIANTS, ids=str)
+def test_the_reference_follows_the_model_options(model, values, topology):
+    assert_same(*build(model, {"name": topology}, **values))
+
+
+@pytest.mark.parametrize("model, values", [("mlp", {"norm": "batchnorm"}), ("gpt", {}), ("resnet-cifar", {})], ids=str)
+def test_gated_branches_and_eval_mode(model, values):
+    """ReZero's gates multiply each branch; in eval mode BatchNorm reads its running averages."""
+    spec, net, x = build(model, {"name": "cascaded"}, init="rezero", **values)
+    net(x)  # a training-mode pass moves the running averages away from their initial values
+    assert_same(spec, net.eval(), x)
+
+
+@pytest.mark.parametrize("topology", ["tau", "shortcuts", "ancre", "grn-v1", "grn-v3", "dca"])
+def test_a_wrong_coefficient_is_seen(topology):
+    """The comparison can fail: the reference read from a copy whose most influential topology coefficient
+    moved by 1e-4 (for shortcuts: one shortcut left out) differs from the model."""
+    model = "gpt" if topology == "dca" else "mlp-resnet"
+    spec, net, x = build(model, {"name": topology, **({"learnable": True} if topology == "tau" else {})})
+    out = net(x)
+    moved = copy.deepcopy(net)
+    if topology == "shortcuts":
+        moved.stack.topology.pairs = moved.stack.topology.pairs[1:]
+    else:
+        roles = explorer.roles(net)
+        coefficients = {name: p for name, p in net.named_parameters() if roles[name] in ("mix", "scale")}
+        grads = torch.autograd.grad(out.square().sum(), list(coefficients.values()))
+        name, grad = max(zip(coefficients, grads), key=lambda item: item[1].abs().max())
+        with torch.no_grad():
+            moved.get_parameter(name).view(-1)[grad.abs().argmax()] += 1e-4
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(reference.forward(spec, moved, x), out, **TOLERANCE)
+
+
+def test_a_wrong_mixing_fails_the_comparison(monkeypatch):
+    """tau written as the plain residual (tau dropped) is caught, outputs and all."""
+    spec, net, x = build("mlp-resnet", {"name": "tau", "value": 0.5})
+    assert_same(spec, net, x)
+    monkeypatch.setitem(reference.MIXINGS, "tau", reference.MIXINGS["cascaded"])
+    with pytest.raises(AssertionError):
+        assert_same(spec, net, x)
+
+
+def test_a_topology_without_a_reference_says_where_to_add_one():
+    with pytest.raises(LookupError, match=r"@reference_mixing\('highway-to-nowhere'\)"):
+        reference.mixing_of("highway-to-nowhere")
