@@ -326,8 +326,10 @@ def _claims(args) -> int:
             print(json.dumps({"about": stored["about"], "rows": rows}))
         else:
             about = stored["about"]
-            print(f"Recorded full-mode results ({about.get('date', '?')}, {about.get('machine', '?')}; "
-                  f"{about.get('command', '?')}); a claim marked STALE has changed since:\n")
+            for when in [about, *about.get("earlier", [])]:  # the newest recording first
+                print(f"Recorded {when.get('date', '?')} on {when.get('machine', '?')}: {when.get('command', '?')}")
+            print(f"{about['note']}. " if about.get("note") else "", end="")
+            print("A claim marked STALE has changed since it was recorded.\n")
             print(table([{**r, "verdict": r["verdict"] + (" (STALE)" if r["stale"] else "")} for r in rows]))
         return 0
     fast = args.fast or os.environ.get("EXPLORER_FAST") == "1"

@@ -74,14 +74,7 @@ class Param:
                 return value.lower() in ("true", "1", "yes")
             raise SpecError(path, f"expected true or false, got {quote(value)}")
         if kind == "int":
-            if isinstance(value, bool):
-                raise SpecError(path, f"expected an integer, got {quote(value)}")
-            try:
-                as_float = float(value)
-            except (TypeError, ValueError):
-                raise SpecError(path, f"expected an integer, got {quote(value)}") from None
-            except OverflowError:  # an int too large for a float
-                as_float = math.inf
+            as_float = _number(value, path, "an integer")
             if not math.isfinite(as_float) or as_float != int(as_float):
                 raise SpecError(path, f"expected an integer, got {quote(value)}")
             return self._check_range(int(as_float), path)
@@ -132,15 +125,20 @@ def _show(number: float) -> str:
     return repr(float(number))
 
 
-def _to_float(value: Any, path: str) -> float:
+def _number(value: Any, path: str, expected: str) -> float:
+    """float(value) (an int too large for a float is inf); a SpecError saying `expected` for a bool or a non-number."""
     if isinstance(value, bool):
-        raise SpecError(path, f"expected a number, got {quote(value)}")
+        raise SpecError(path, f"expected {expected}, got {quote(value)}")
     try:
-        number = float(value)
+        return float(value)
     except (TypeError, ValueError):
-        raise SpecError(path, f"expected a number, got {quote(value)}") from None
-    except OverflowError:  # an int too large for a float
-        number = math.inf
+        raise SpecError(path, f"expected {expected}, got {quote(value)}") from None
+    except OverflowError:
+        return math.inf
+
+
+def _to_float(value: Any, path: str) -> float:
+    number = _number(value, path, "a number")
     if not math.isfinite(number):
         raise SpecError(path, f"must be a finite number, got {quote(value)}")
     return number

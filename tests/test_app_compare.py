@@ -217,3 +217,17 @@ def test_smoothing_axis_scales_and_the_runs_table_select_what_is_overlaid(open_p
     # a dataframe row: the selection itself is pressed in the browser test)
     ids = at.session_state["compare-table-ids"]
     assert [run_id[:8] for run_id in ids] == list(at.dataframe[0].value["id"])
+
+
+def test_every_registered_topology_is_offered_and_a_plug_in_one_trains_in_a_grid(open_page):
+    """The grid's topologies are the registry's, so a topology added in its own file (Highway) is offered and
+    trains here with no edit to the page."""
+    at = open_page("compare")
+    assert list(at.multiselect(key="compare-topologies").options) == list(explorer.registry("topologies"))
+    at = set_up_grid(at, ["highway"])
+    at.button(key="compare-launch").click().run()
+    at = wait_for_grid(at)
+    assert not at.exception
+    (record,) = [explorer.RunStore().get(run["id"]) for run in explorer.RunStore().list()]
+    assert record["spec"]["topology"]["name"] == "highway"
+    assert record["status"] == "finished" and record["steps_done"] == 20

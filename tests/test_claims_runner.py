@@ -132,7 +132,11 @@ def test_record_replaces_the_rows_it_ran_and_keeps_the_others(tmp_path):
     stored = json.loads(path.read_text())
     assert [(r["id"], r["verdict"]) for r in stored["rows"]] == [("depth-slows-plain-lnn", "holds"),
                                                                   ("fig1-trainability", "new")]  # the claims' order
-    assert stored["about"]["earlier"] == {"date": "then"} and "--workers 2" in stored["about"]["command"]
+    assert stored["about"]["earlier"] == [{"date": "then"}] and "--workers 2" in stored["about"]["command"]
+    record([_row("ancre", "depth-slows-plain-lnn", verdict="newer")], started=0.0, workers=1, backend="local",
+           batched=False, path=path)  # a second partial recording keeps both earlier ones, newest first
+    earlier = json.loads(path.read_text())["about"]["earlier"]
+    assert [e["date"] for e in earlier][1:] == ["then"] and "--workers 2" in earlier[0]["command"]
 
 
 def test_record_refuses_fast_mode_rows(tmp_path):

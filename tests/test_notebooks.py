@@ -1,6 +1,7 @@
 """Every notebook executes top to bottom in fast mode (EXPLORER_FAST=1), as a reader would run it."""
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,15 +22,36 @@ def test_there_is_a_quickstart_and_one_notebook_per_paper():
     assert NOTEBOOKS == [ROOT / "notebooks" / "00_quickstart.ipynb", *notebooks]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_in_fast_mode(path, monkeypatch, tmp_path):
-    monkeypatch.setenv("EXPLORER_FAST", "1")
+def execute(path: Path, folder: Path):
+    """The notebook at `path` run top to bottom by a fresh kernel in `folder` (its outputs in the returned copy)."""
     notebook = nbformat.read(path, as_version=4)
     assert not any(cell.get("outputs") for cell in notebook.cells if cell.cell_type == "code"), \
         f"{path.name} is stored with outputs; clear them"
-    client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
-    client.execute()
+    nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(folder)}}).execute()
+    return notebook
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory):
+    """Every notebook executed in fast mode, two kernels at a time with one torch thread each: a notebook's
+    small runs gain little from a second thread, so the two cores of a CI machine run two notebooks."""
+    saved = {key: os.environ.get(key) for key in ("EXPLORER_FAST", "OMP_NUM_THREADS")}
+    os.environ.update(EXPLORER_FAST="1", OMP_NUM_THREADS="1")  # the kernels inherit them
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = {path: pool.submit(execute, path, tmp_path_factory.mktemp(path.stem)) for path in NOTEBOOKS}
+            yield {path: future.exception() or future.result() for path, future in futures.items()}
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_in_fast_mode(path, executed):
+    notebook = executed[path]
+    if isinstance(notebook, BaseException):
+        raise notebook
     errors = [out for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs
               if out.output_type == "error"]
     assert not errors, errors

@@ -249,8 +249,10 @@ def recorded_section(paper: str) -> None:
     verdicts = ", ".join(f"{sum(r['verdict'] == v for r in stored['rows'])} {VERDICTS[v][2]}"
                          for v in VERDICTS if any(r["verdict"] == v for r in stored["rows"]))
     with st.expander(f"Recorded full-mode results ({len(stored['rows'])} claims, 3 seeds: {verdicts})"):
-        st.caption(escape(f"Recorded {about['date']} on {about['machine']} with: {about['command']} (commit "
-                          f"{about['commit'][:10]}). Rerun any claim in full mode below to check."))
+        for when in [about, *about.get("earlier", [])]:  # the newest recording first
+            st.caption(escape(f"Recorded {when['date']} on {when['machine']} with: {when['command']} (commit "
+                              f"{when['commit'][:10]})."))
+        st.caption(escape(f"{about['note']}. " if about.get("note") else "") + "Rerun any claim in full mode below to check.")
         stale = [r["id"] for r in stored["rows"] if r["stale"]]
         if stale:
             st.warning(f"The check of {escape(', '.join(stale))} changed after it was recorded: a new run may differ.")

@@ -447,10 +447,11 @@ def record(rows: list[dict], started: float, workers: int, backend: str, batched
              + f" ({len(rows)} claims; full mode)",
              "wall_seconds": round(time.time() - started, 1), "load_average_at_end": load,
              "torch": torch.__version__}
-    if kept:
-        about["earlier"] = {k: v for k, v in stored["about"].items() if k != "earlier"}
+    if kept:  # every recording whose rows are still kept, newest first
+        previous = {k: v for k, v in stored["about"].items() if k not in ("earlier", "note")}
+        about["earlier"] = [previous, *stored["about"].get("earlier", [])] if previous else []
         about["note"] = (f"{len(kept)} rows were recorded earlier (their claims did not run this time; see "
-                         "'earlier')")
+                         "'earlier', newest first)")
     path.write_text(json.dumps({"about": about, "rows": merged}, indent=1) + "\n")
     _stored_results.cache_clear()
     return path
