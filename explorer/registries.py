@@ -341,3 +341,13 @@ def check_spec(spec) -> None:
     """Run every registered cross-section check on a spec whose sections are each valid."""
     for check in _CHECKS:
         check(spec)
+
+
+def import_folder(package: str, path) -> None:
+    """Import every module of `package` (its `__path__`), so each file that registers entries is registered:
+    a new topology or probe is one new file in its folder."""
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.iter_modules(path):
+        importlib.import_module(f"{package}.{module.name}")

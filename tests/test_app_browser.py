@@ -68,6 +68,30 @@ def test_training_a_preset_shows_the_loss_and_the_heatmap(app, tmp_path):
         shutil.copy(shot, Path(os.environ["EXPLORER_SCREENSHOT_DIR"]) / "train-page.png")
 
 
+def test_choosing_a_preset_and_pressing_train_trains_the_preset(app):
+    """Choosing a preset loads it (no second button): pressing Train right after trains that preset, not the form
+    that was there before."""
+    base, page, home = app
+    name = "ancre-fig2b-0:2"
+    page.goto(f"{base}/?model=mlp")
+    browsing.wait_ready(page)
+    page.locator(".st-key-train-preset").click()
+    page.keyboard.type(name)
+    page.keyboard.press("Enter")
+    page.get_by_text(f"Started from the preset {name}.").wait_for(timeout=60_000)
+    page.wait_for_function(f"() => {browsing.NOT_RUNNING}", timeout=30_000)
+    before = {run["id"] for run in explorer.RunStore(home).list()}
+    page.locator(".st-key-train-start button").click()
+    page.get_by_text("Finished", exact=False).first.wait_for(timeout=300_000)
+    (trained,) = [explorer.RunStore(home).get(run["id"]) for run in explorer.RunStore(home).list()
+                  if run["id"] not in before]
+    preset = explorer.preset(name).to_dict()
+    assert {key: trained["spec"][key] for key in ("data", "model", "topology", "init", "optim")} == \
+        {key: preset[key] for key in ("data", "model", "topology", "init", "optim")}
+    assert trained["status"] == "finished" and trained["steps_done"] == preset["train"]["steps"]
+    assert browsing.exceptions(page) == 0
+
+
 def test_a_topology_added_in_its_own_file_trains_on_the_train_page(app):
     """Highway is one file under explorer/topology/: the Train page's form offers it, trains it and draws its
     loss and its coefficients, like any built-in topology."""
@@ -352,3 +376,46 @@ def test_the_servers_memory_stays_bounded_over_runs_and_claims(app):
     after = browsing.rss_mb(base.pid)
     print(f"server RSS {first:.0f} MB after the first run, {after:.0f} MB after 8 more and IDInit's claims")
     assert after < 1.5 * first, (first, after)
+
+
+# A probe written as one new file in explorer/probes/ (the package imports every module in its folder).
+PROBE_FILE = ROOT / "explorer" / "probes" / "example_output_scale.py"
+PROBE_SOURCE = '''"""mean |output| of the model over a batch: a probe in one file, with no figure of its own."""
+
+import torch
+
+from explorer.probes.core import PROBES
+
+
+@PROBES.register("example-output-scale", "mean |output| of the model over the batch, per output unit")
+def output_scale(model, inputs):
+    with torch.no_grad():
+        out = model(inputs).abs()
+    return {"mean_abs": out.mean(), "per_unit": out.mean(0)}
+'''
+
+
+def test_a_probe_added_in_one_file_draws_on_the_train_page(app, tmp_path):
+    """Drop one file into explorer/probes/ and start an app (its own server, the module's browser): the Train
+    page offers the probe, a run's worker process computes it, and the page draws it (as the table of its
+    numbers, since it declares no figure)."""
+    _, page, _ = app
+    assert not PROBE_FILE.exists(), f"{PROBE_FILE} is left from another run: delete it"
+    PROBE_FILE.write_text(PROBE_SOURCE)
+    try:
+        with browsing.serve(tmp_path / "home") as base:
+            spec = explorer.ExperimentSpec.default().with_values({"train.steps": 20, "train.log_every": 5})
+            page.goto(browsing.train_page_url(base, spec))
+            browsing.wait_ready(page)
+            page.locator(".st-key-train-probe").click()
+            page.keyboard.type("example-output-scale")
+            page.keyboard.press("Enter")
+            page.wait_for_function(f"() => {browsing.NOT_RUNNING}", timeout=30_000)
+            page.locator(".st-key-train-start button").click()
+            page.get_by_text("Finished", exact=False).first.wait_for(timeout=300_000)
+            page.wait_for_function("() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(g => "
+                                   "((g.layout.title || {}).text || '').includes('example-output-scale'))",
+                                   timeout=60_000)
+            assert browsing.exceptions(page) == 0
+    finally:
+        PROBE_FILE.unlink(missing_ok=True)

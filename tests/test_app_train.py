@@ -66,15 +66,19 @@ def test_a_shared_url_sets_up_the_same_experiment(open_page):
     assert spec_of(at).to_dict() == spec.to_dict()
 
 
-def test_load_preset_fills_the_form_on_the_first_click(open_page):
+def test_choosing_a_preset_fills_the_form_at_once_and_says_which(open_page):
+    """No second click: what the form holds (and Train trains) is the chosen preset, and the sidebar says so,
+    until the form is edited."""
     at = open_page("train")
     name = "tau-fig1-1/L^0.25"
     at.selectbox(key="train-preset").set_value(name).run()
-    at.button(key="train-load-preset").click().run()
     assert not at.exception, at.exception
     assert spec_of(at).to_dict() == explorer.preset(name).to_dict()
     assert at.selectbox(key="spec:topology.tau.value:mode").value == "1/L^0.25"
     assert at.selectbox(key="train-preset").value == "(keep the form)"
+    assert any(f"Started from the preset {name}." in plain(c.value) for c in at.caption)
+    at.number_input(key="spec:train.-.seed").set_value(7).run()
+    assert any(f"Started from the preset {name}, then edited." in plain(c.value) for c in at.caption)
 
 
 def test_a_preset_link_loads_the_preset(open_page):

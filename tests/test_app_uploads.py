@@ -57,3 +57,13 @@ def test_a_text_upload_that_is_not_utf8_is_refused(open_page):
     assert not at.exception
     assert any("not UTF-8 text (byte 3)" in plain(e.value) for e in at.error)
     assert at.text_input(key="spec:data.text.path").value == ""
+
+
+def test_the_uploaders_state_this_servers_limit(open_page, monkeypatch):
+    """The widget's own limit is the server's, in the whole megabytes Streamlit takes, and its help gives the
+    exact number (not Streamlit's configured default)."""
+    monkeypatch.setenv("EXPLORER_MAX_UPLOAD_KB", "3000")
+    at = open_page("train", query={"data": "text", "model": "gpt"})
+    for key in ("train-upload-spec", "train-upload-text"):
+        proto = uploader(at, key).proto
+        assert proto.max_upload_size_mb == 3 and "at most 3000 KiB" in proto.help, (key, proto)

@@ -173,12 +173,12 @@ def test_the_summary_line_gives_each_quantity_over_the_seeds():
 
 # ---- a local Ray ------------------------------------------------------------------------------------------------
 
-RAY_PAPER = "ancre"  # the paper whose fast claims are cheapest to run twice
+RAY_PAPER, RAY_CLAIMS = "ancre", ["shortcut-02-exponential", "ancre-finds-fast-rate"]  # cheap to run twice
 
 
 def test_one_papers_claims_on_a_local_ray_give_the_rows_they_give_here(one_thread):
     ray = pytest.importorskip("ray")
-    ids = ["depth-slows-plain-lnn", "shortcut-02-exponential", "ancre-finds-fast-rate"]
+    ids = RAY_CLAIMS
     here = run_claims(RAY_PAPER, fast=True, ids=ids)
     clear_cache()
     try:

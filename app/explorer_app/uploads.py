@@ -8,6 +8,7 @@ unpickled or executed. Stored text files go to EXPLORER_HOME/uploads, named by t
 from __future__ import annotations
 
 import hashlib
+import math
 from pathlib import Path
 
 import streamlit as st
@@ -31,10 +32,17 @@ def _too_big(file, data: bytes, caps: Limits, what: str) -> str | None:
             "(EXPLORER_MAX_UPLOAD_KB); upload a smaller file.")
 
 
+def _widget_megabytes(caps: Limits) -> int:
+    """The uploader's own limit, in the whole megabytes Streamlit takes: this server's limit rounded up (the widget
+    then states about the real limit; a file between the two is refused here with the exact number)."""
+    return max(1, math.ceil(caps.max_upload_kb / 1024))
+
+
 def spec_uploader(caps: Limits, key: str):
     """A spec JSON uploader; returns the uploaded ExperimentSpec once (on the run it arrives), else None."""
-    file = st.file_uploader("Load a spec (JSON)", type=["json"], key=key,
-                            help="A file saved with the 'Spec (JSON)' download, or any spec `explorer train --spec FILE` reads.")
+    file = st.file_uploader("Load a spec (JSON)", type=["json"], key=key, max_upload_size=_widget_megabytes(caps),
+                            help="A file saved with the 'Spec (JSON)' download, or any spec `explorer train --spec FILE` "
+                                 f"reads; at most {caps.max_upload_kb} KiB.")
     if file is None or st.session_state.get(f"{key}:done") == file.file_id:
         return None
     st.session_state[f"{key}:done"] = file.file_id
@@ -59,8 +67,8 @@ def text_corpus_uploader(raw: dict, caps: Limits, key: str) -> None:
     if raw["data"].get("name") != "text":
         return
     st.file_uploader("Train on your own text (UTF-8 .txt)", type=["txt", "md", "py"], key=key,
-                     on_change=_store_text, args=(caps, key),
-                     help="Leave empty to use Python's bundled documentation text.")
+                     on_change=_store_text, args=(caps, key), max_upload_size=_widget_megabytes(caps),
+                     help=f"Leave empty to use Python's bundled documentation text; at most {caps.max_upload_kb} KiB.")
     if st.session_state.get(f"{key}:error"):
         st.error(st.session_state[f"{key}:error"], icon=":material/error:")
 

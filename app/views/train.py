@@ -69,20 +69,22 @@ KEEP_FORM = "(keep the form)"
 
 
 def load_preset() -> None:
-    """Button callback: it runs before the widgets are drawn, the only time their state may be set
-    (setting it after the preset select was drawn raised StreamlitWidgetAlreadyInstantiatedError)."""
-    spec_form.load_into_widgets(explorer.preset(st.session_state["train-preset"]))
-    st.session_state["train-preset"] = KEEP_FORM
+    """The preset select's callback: it runs before the widgets are drawn, the only time their state may be set,
+    so a chosen preset is in the form, and in what Train trains, as soon as it is chosen."""
+    name = st.session_state["train-preset"]
+    if name != KEEP_FORM:
+        spec_form.load_into_widgets(explorer.preset(name))
+        st.session_state["train-loaded-preset"] = name
+        st.session_state["train-preset"] = KEEP_FORM
 
 
 load_from_url()
 with st.sidebar:
     st.subheader("Experiment")
     presets = explorer.registry("presets")
-    chosen = st.selectbox("Start from a preset", [KEEP_FORM, *presets], key="train-preset",
-                          help="A paper's set-up, scaled to run on a CPU. Loading it replaces the form.")
-    if chosen != KEEP_FORM:
-        st.button("Load preset", key="train-load-preset", on_click=load_preset)
+    st.selectbox("Start from a preset", [KEEP_FORM, *presets], key="train-preset", on_change=load_preset,
+                 help="A paper's set-up, scaled to run on a CPU. Choosing one replaces the form.")
+    preset_note = st.empty()  # which preset the form holds, once the form is drawn below
     uploaded_spec = uploads.spec_uploader(caps, key="train-upload-spec")
     if uploaded_spec is not None:
         spec_form.load_into_widgets(uploaded_spec)
@@ -90,6 +92,10 @@ with st.sidebar:
     form = spec_form.render(check=lambda spec: limits.check_spec(spec, caps))
     uploads.text_corpus_uploader(form.raw, caps, key="train-upload-text")
 spec = form.spec
+loaded = st.session_state.get("train-loaded-preset")
+if loaded is not None:
+    edited = spec is None or spec.to_dict() != explorer.preset(loaded).to_dict()
+    preset_note.caption(f"Started from the preset {messages.escape(loaded)}" + (", then edited." if edited else "."))
 if form.error is not None:  # also here, beside Train, not only under its field in a collapsed section
     st.error(f"Train is off until this is fixed: {messages.spec_error(form.error)}", icon=":material/block:")
 if spec is not None:

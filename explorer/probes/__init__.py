@@ -10,15 +10,18 @@ previous mode, leaves the parameters' gradients as it found them, and returns a 
 numpy arrays on the CPU. `PROBES` lists them with their options declared as `Param`s, so
 the CLI and the app can list and validate them like every other registry.
 
-A probe is one function in one module: registered with `@PROBES.register(...)`, and drawn by the
+A probe is one function in one module of this folder (importing the package imports each of them):
+registered with `@PROBES.register(...)`, and drawn by the
 figure builder its module declares beside it with `@explorer.plots.figure_for(name)` (a probe that
 declares none is drawn as a table of its numbers, so every registered probe shows on the Train page).
 """
 
 from explorer.probes.core import PROBES, probe, validation_tensors
-from explorer.probes import probes as _probes  # noqa: I001  (registers the probes, in this order)
+from explorer.probes import probes as _probes  # noqa: I001  (registers the built-in probes, in this order)
 from explorer.probes import conditioning as _conditioning, features as _features
+from explorer.registries import import_folder
 
+import_folder(__name__, __path__)  # every other probe file in this folder registers itself
 del _conditioning, _features, _probes
 
 __all__ = ["PROBES", "probe", "validation_tensors"]

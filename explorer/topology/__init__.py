@@ -31,9 +31,7 @@ in the spec, the CLI, the app's forms and every test that iterates the registry.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from explorer.registries import import_folder
 from explorer.topology.base import (K, TOPOLOGIES, Coefficients, FirstLastK, Topology, branch_output, build_topology,
                                     check_topology, depth_rule, feature_axis, is_shareable, stem_activation)
 from explorer.topology import chain, shortcuts, ancre, grn, dca  # noqa: E402,I001  (the built-ins, listed in this order)
@@ -43,8 +41,7 @@ from explorer.topology.dca import DCA
 from explorer.topology.grn import GATE_STD, GRN, draw_gates
 from explorer.topology.shortcuts import Shortcuts, parse_shortcuts
 
-for _module in pkgutil.iter_modules(__path__):  # every other topology file in this folder registers itself
-    importlib.import_module(f"{__name__}.{_module.name}")
+import_folder(__name__, __path__)  # every other topology file in this folder registers itself
 
 __all__ = ["ANCRe", "Chain", "Coefficients", "DCA", "FirstLastK", "GATE_STD", "GRN", "K", "Shortcuts", "TOPOLOGIES",
            "Topology", "branch_output", "build_topology", "check_topology", "depth_rule", "draw_gates", "feature_axis",
