@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import math
+import pkgutil
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, dataclass, field
@@ -346,8 +348,5 @@ def check_spec(spec) -> None:
 def import_folder(package: str, path) -> None:
     """Import every module of `package` (its `__path__`), so each file that registers entries is registered:
     a new topology or probe is one new file in its folder."""
-    import importlib
-    import pkgutil
-
     for module in pkgutil.iter_modules(path):
         importlib.import_module(f"{package}.{module.name}")

@@ -33,26 +33,23 @@ MIXINGS: dict[str, Callable] = {}  # topology name -> mixing(topology, x0, block
 FORWARDS: dict[str, Callable] = {}  # model name -> forward(model, x, topology name)
 
 
-def reference_mixing(*names: str) -> Callable:
-    """Decorator: register a mixing as the reference of the topologies `names`."""
+def _registrar(table: dict[str, Callable], what: str) -> Callable:
+    """A decorator factory: `@decorator(*names)` registers a function in `table` as the reference of `names`."""
 
-    def add(mixing: Callable) -> Callable:
-        for name in names:
-            MIXINGS[name] = mixing
-        return mixing
+    def decorator(*names: str) -> Callable:
+        def add(function: Callable) -> Callable:
+            for name in names:
+                table[name] = function
+            return function
 
-    return add
+        return add
+
+    decorator.__doc__ = f"Decorator: register a function as the reference {what} of `names`."
+    return decorator
 
 
-def reference_model(*names: str) -> Callable:
-    """Decorator: register a forward as the reference of the models `names`."""
-
-    def add(forward_: Callable) -> Callable:
-        for name in names:
-            FORWARDS[name] = forward_
-        return forward_
-
-    return add
+reference_mixing = _registrar(MIXINGS, "mixing of the topologies")
+reference_model = _registrar(FORWARDS, "forward of the models")
 
 
 def mixing_of(topology: str) -> Callable:
