@@ -20,9 +20,11 @@ from explorer.registries import SpecError
 from explorer.registries import registry
 from explorer.spec import ExperimentSpec
 from explorer.training import Event, Run, StopTraining, build, evaluate, train
+from explorer.diagnosis import Diagnosis, diagnose
 from explorer.batched import train_batched
 
 __all__ = [
+    "Diagnosis",
     "Event",
     "ExperimentSpec",
     "Run",
@@ -31,6 +33,7 @@ __all__ = [
     "StopTraining",
     "StoreRecorder",
     "build",
+    "diagnose",
     "evaluate",
     "preset",
     "probe",

@@ -26,9 +26,15 @@ from explorer.settings import whole_number
 DEFAULT_MAX_DATA_MB = 512
 DEFAULT_MAX_MODEL_MB = 2048
 MB = 1_000_000
-FALLBACK_EXAMPLES = 10_000  # a dataset whose size no parameter states (digits: 1797, mnist1d: num_samples)
+FALLBACK_EXAMPLES = 2_000  # a dataset whose size no parameter states: the digits sets (1797 images)
 OPTIMIZER_STATES = {"gd": 1, "sgd": 1, "adam": 2, "adamw": 2, "adagrad": 1, "soap": 4}  # tensors per parameter
-ACTIVATIONS_PER_LAYER = {"transformer": 12, "conv": 4}  # stored values per position and width unit; else 3
+# values a layer keeps per position and width unit for the backward pass, measured on CPU (tests/test_budget_rss.py):
+# a Transformer block 12 plus 4 per unit of model.mlp_ratio (28 at the default 4), a dense block 5 plus 3 per
+# unit of model.hidden_ratio, a convolution 4
+ACTIVATIONS_PER_LAYER = {"transformer": 12, "conv": 4, "dense": 5}
+PER_HIDDEN_UNIT = {"transformer": ("mlp_ratio", 4), "dense": ("hidden_ratio", 3)}  # (parameter, values per unit)
+OUTPUT_VALUES = 4  # per output: the logits, their softmax or error, and the gradients of both
+MAX_PRECONDITIONED_DIM = 10_000  # SOAP keeps a d x d factor for each dimension d of a weight up to this size
 
 
 class Caps(NamedTuple):
@@ -50,11 +56,15 @@ def _positive(variable: str, default: int) -> int:
 # ---- estimates ---------------------------------------------------------------------------------------
 
 def _examples(spec) -> tuple[int, int]:
-    """(training, validation) examples the data section asks for (0 = all: the parameter's upper bound)."""
-    from explorer.data import DATASETS
+    """(training, validation) examples the dataset will hold, at most: the n_train / n_val parameters (0 = all:
+    the parameter's upper bound), a num_samples split by val_fraction, or the windows of a text."""
+    from explorer.data import DATASETS, dims
 
     entry = DATASETS[spec.data.name]
     params = spec.data.params
+    if dims(spec.data).task == "language-modeling":  # windows of `context` characters, stride `context`
+        windows = len(_text(spec)) // params["context"]
+        return windows, min(int(params["n_val"]), windows)
 
     def count(name: str) -> int | None:
         param = entry.param(name)
@@ -64,8 +74,17 @@ def _examples(spec) -> tuple[int, int]:
 
     n_train, n_val = count("n_train"), count("n_val")
     if n_train is None:
-        n_train = count("num_samples") or FALLBACK_EXAMPLES
+        total = count("num_samples") or FALLBACK_EXAMPLES
+        n_val = math.ceil(total * params["val_fraction"]) if "val_fraction" in params else 0
+        n_train = total - n_val
     return n_train, n_val or 0
+
+
+def _text(spec) -> str:
+    """The text a language-modelling data section trains on (read once, then cached by explorer.data.text)."""
+    from explorer.data.text import corpus
+
+    return corpus(spec.data.path, spec.data.max_chars)
 
 
 def data_bytes(spec) -> int:
@@ -74,10 +93,7 @@ def data_bytes(spec) -> int:
 
     found = dims(spec.data)
     if found.task == "language-modeling":
-        from explorer.data.text import corpus
-
-        chars = len(corpus(spec.data.path, spec.data.max_chars))
-        return 2 * 8 * chars  # inputs and targets, int64 ids, every character in one window
+        return 2 * 8 * len(_text(spec))  # inputs and targets, int64 ids, every character in one window
     n_train, n_val = _examples(spec)
     target = 4 * found.output_dim if found.task == "regression" else 8
     masks = 8 * math.prod(found.input_shape[1:]) if spec.data.name == "shapes" else 0  # per-pixel labels
@@ -98,22 +114,30 @@ def _positions(spec, input_shape: tuple[int, ...]) -> int:
 
 def activation_bytes(spec) -> int:
     """Bytes of the values one training batch keeps for the backward pass (and the validation pass)."""
-    from explorer.data import DATASETS, dims
+    from explorer.data import dims
     from explorer.nn.models import MODELS
     from explorer.optim import is_full_batch
 
     found = dims(spec.data)
     model = spec.model.params
     width, depth = int(model.get("width", found.input_dim)), int(model.get("depth", 1))
-    n_train, n_val = _examples(spec) if DATASETS[spec.data.name].param("n_train") else (spec.train.batch_size, 0)
+    n_train, n_val = _examples(spec)
     batch = max(n_train if is_full_batch(spec.optim) else min(spec.train.batch_size, n_train), n_val)
     kind = "transformer" if MODELS[spec.model.name].info.transformer else \
         "conv" if _positions(spec, found.input_shape) > 1 else "dense"
     positions = _positions(spec, found.input_shape)
-    values = batch * positions * width * depth * ACTIVATIONS_PER_LAYER.get(kind, 3)
+    values = batch * positions * width * depth * _per_layer(kind, model)
     if kind == "transformer":
         values += 2 * batch * int(model.get("heads", 1)) * positions ** 2 * depth  # attention scores and weights
+    outputs = positions if found.task == "language-modeling" else 1  # a prediction per token, or per example
+    values += OUTPUT_VALUES * batch * outputs * found.output_dim
     return 4 * values
+
+
+def _per_layer(kind: str, model: dict) -> float:
+    """Values a layer of this kind keeps per position and width unit (ACTIVATIONS_PER_LAYER, PER_HIDDEN_UNIT)."""
+    hidden, per_unit = PER_HIDDEN_UNIT.get(kind, ("", 0))
+    return ACTIVATIONS_PER_LAYER[kind] + per_unit * float(model.get(hidden, 0))
 
 
 def model_bytes(spec) -> tuple[int, int]:
@@ -121,13 +145,30 @@ def model_bytes(spec) -> tuple[int, int]:
     from explorer.nn.models import parameter_count
 
     states = 2 + OPTIMIZER_STATES.get(spec.optim.name, 2)
-    return 4 * states * parameter_count(spec), activation_bytes(spec)
+    preconditioners = _preconditioner_values(spec) if spec.optim.name == "soap" else 0
+    return 4 * (states * parameter_count(spec) + preconditioners), activation_bytes(spec)
+
+
+def _preconditioner_values(spec) -> int:
+    """SOAP's preconditioners: for each dimension d of each weight matrix (up to MAX_PRECONDITIONED_DIM), a
+    d x d Kronecker factor and its eigenbasis, and as much again while it decomposes them (shapes read from
+    the model built on the meta device)."""
+    import torch
+
+    from explorer.data import dims
+    from explorer.nn.models import build_model
+
+    with torch.device("meta"):
+        model = build_model(spec, dims(spec.data))
+    return 4 * sum(d * d for p in model.parameters() if p.dim() > 1 for d in p.shape if d <= MAX_PRECONDITIONED_DIM)
 
 
 # ---- the check ---------------------------------------------------------------------------------------
 
 def check(spec, limits: Caps | None = None) -> None:
     """SpecError when the spec's data or model would take more memory than the caps allow."""
+    from explorer.optim import is_full_batch
+
     limits = limits or caps()
     data = data_bytes(spec)
     if data > limits.max_data_mb * MB:
@@ -141,14 +182,118 @@ def check(spec, limits: Caps | None = None) -> None:
         weights, activations = model_bytes(spec)
     else:
         weights = 0
-    if weights + activations > limits.max_model_mb * MB:
-        field = "model.width" if "width" in spec.model.params else "model.depth"
-        raise SpecError(field, f"training this model would take about {_mb(weights + activations)} of memory "
-                               f"(weights, gradients and optimizer state {_mb(weights) if weights else 'not counted'}, "
-                               f"activations {_mb(activations)}), above the limit of {limits.max_model_mb} MB "
-                               "(EXPLORER_MAX_MODEL_MB); lower model.width, model.depth or train.batch_size, or "
-                               "raise EXPLORER_MAX_MODEL_MB (CLI: --max-model-mb)")
+    if weights + activations <= limits.max_model_mb * MB:
+        return
+    took = (f"about {_mb(weights + activations)} of memory (weights, gradients and optimizer state "
+            f"{_mb(weights) if weights else 'not counted'}, activations {_mb(activations)}), above the limit of "
+            f"{limits.max_model_mb} MB (EXPLORER_MAX_MODEL_MB)")
+    n_train = _examples(spec)[0]
+    if is_full_batch(spec.optim) and n_train > spec.train.batch_size:
+        size = next((f"data.{name}" + (" (0 = the whole text)" if name == "max_chars" else "")
+                     for name in ("n_train", "num_samples", "max_chars") if name in spec.data.params), "the dataset")
+        raise SpecError("optim.name", f"{spec.optim.name} trains on the whole training set ({n_train:,} examples) "
+                                      f"at every step, which would take {took}; lower {size}, choose a mini-batch "
+                                      "optimizer (optim.name=sgd or adam, with train.batch_size), or a smaller model "
+                                      "(model.width, model.depth), or raise EXPLORER_MAX_MODEL_MB (CLI: --max-model-mb)")
+    field = "model.width" if "width" in spec.model.params else "model.depth"
+    raise SpecError(field, f"training this model would take {took}; lower model.width, model.depth or "
+                           "train.batch_size, or raise EXPLORER_MAX_MODEL_MB (CLI: --max-model-mb)")
 
 
 def _mb(n: int) -> str:
     return f"{n / MB:,.0f} MB" if n < 10_000 * MB else f"{n / 1e9:,.0f} GB"
+
+
+# ---- probing a trained model ---------------------------------------------------------------------------
+# A Jacobian formed whole is held as float32 (with the one-hot cotangents that make it and jacrev's batched
+# intermediates), as float64 and as the SVD's working copy: a fresh process measured 37 to 55 bytes per entry
+# (tests/test_app_probe_jobs.py), so 56 are counted.
+JACOBIAN_BYTES_PER_ENTRY = 56
+EXACT_JACOBIAN_ENTRIES = 20_000_000  # param-jacobian forms J whole up to this many entries (method "auto")
+
+
+def probe_bytes(spec, probes: dict, inputs: int) -> dict[str, int]:
+    """{probe: bytes it takes on `inputs` validation inputs of the spec's trained model}, beyond the model's
+    weights and the data, estimated from the spec and each probe's options ({name: {option: value}}) before
+    anything is built. The Jacobian probes dominate: inputs x stream x stream entries (jacobian), stacked
+    outputs x one block's parameters or Lanczos' vectors (param-jacobian); a probe not counted here costs
+    two forward passes."""
+    from explorer.nn.models import parameter_count
+
+    cost = _probe_cost(spec, parameter_count(spec))
+    return {name: cost(name, options or {}, inputs) for name, options in probes.items()}
+
+
+def _probe_cost(spec, params: int):
+    """cost(name, options, inputs): `probe_bytes` of one probe, for a spec whose model has `params` parameters."""
+    from explorer.data import dims
+    from explorer.nn.models import MODELS
+
+    found = dims(spec.data)
+    model = spec.model.params
+    width, depth = int(model.get("width", found.input_dim)), max(int(model.get("depth", 1)), 1)
+    positions = _positions(spec, found.input_shape)
+    stream = positions * width  # numbers per example between the blocks
+    transformer = MODELS[spec.model.name].info.transformer
+    kind = "transformer" if transformer else "conv" if positions > 1 else "dense"
+
+    def forward(n: int) -> int:  # the values one forward pass on n inputs keeps (activation_bytes' count)
+        values = n * positions * width * depth * _per_layer(kind, model)
+        if transformer:
+            values += 2 * n * int(model.get("heads", 1)) * positions ** 2 * depth
+        return 4 * values
+
+    def jacobian_bytes(rows: int, columns: int, method: str, iterations: int) -> int:
+        exact = JACOBIAN_BYTES_PER_ENTRY * rows * columns
+        lanczos = 8 * (iterations + 1) * min(rows, columns)
+        if method == "exact":
+            return exact
+        if method == "lanczos":
+            return lanczos
+        return max(lanczos, JACOBIAN_BYTES_PER_ENTRY * min(rows * columns, EXACT_JACOBIAN_ENTRIES))
+
+    def cost(name: str, options: dict, inputs: int) -> int:
+        n = min(inputs, int(options.get("max_inputs", inputs)))
+        if name == "jacobian":
+            refused = stream > int(options.get("max_dim", 2048))  # the probe refuses it before computing
+            return forward(n) + (0 if refused else JACOBIAN_BYTES_PER_ENTRY * n * stream * stream)
+        if name == "param-jacobian":
+            method, iterations = str(options.get("method", "auto")), int(options.get("iterations", 80))
+            block = -(-params // depth)  # one block's parameters, generously
+            return 4 * params + forward(n) + max(jacobian_bytes(n * stream, block, method, iterations),
+                                                   jacobian_bytes(stream, stream, method, iterations))
+        if name == "weights":
+            return 12 * params  # each matrix's SVD: a copy, its residual W - I and LAPACK's workspace
+        if name == "dead":
+            return forward(n) + 4 * params  # a backward pass: the gradients of every weight
+        if name == "attention":
+            maps = int(model.get("heads", 1)) * positions ** 2 * depth
+            return forward(1) + 3 * 8 * maps
+        if name == "pca":
+            tokens = n * positions * width
+            return forward(n) + 4 * (depth + 1) * tokens + 7 * 8 * tokens  # every block's tokens; PCA, the probe
+        return 2 * forward(n)  # norms, coefficients and probes not counted above: forward passes
+
+    return cost
+
+
+def check_probes(spec, probes: dict, inputs: int, limits: Caps | None = None) -> None:
+    """SpecError (naming the probe) when probing the spec's model with `probes` ({name: options}, run one after
+    another) on `inputs` validation inputs would take more than EXPLORER_MAX_MODEL_MB with its weights (held
+    twice: the checkpoint and the model). The message says how many inputs would fit."""
+    from explorer.nn.models import parameter_count
+
+    limits = limits or caps()
+    cap, params = limits.max_model_mb * MB, parameter_count(spec)
+    weights, cost = 8 * params, _probe_cost(spec, params)
+    costs = {name: cost(name, options or {}, inputs) for name, options in probes.items()}
+    name = max(costs, key=costs.get, default=None)
+    if name is None or weights + costs[name] <= cap:
+        return
+    fits = next((n for n in range(inputs - 1, 0, -1) if weights + cost(name, probes[name] or {}, n) <= cap), None)
+    fix = f"use at most {fits} validation inputs or leave out {name}" if fits else f"leave out {name}"
+    raise SpecError(f"probe.{name}", f"the {name} probe on {inputs} validation input{'s' if inputs != 1 else ''} "
+                                     f"would take about {_mb(weights + costs[name])} of memory (the weights "
+                                     f"{_mb(weights)}, the probe {_mb(costs[name])}), above the limit of "
+                                     f"{limits.max_model_mb} MB (EXPLORER_MAX_MODEL_MB); {fix}, or raise "
+                                     "EXPLORER_MAX_MODEL_MB")

@@ -179,7 +179,7 @@ def _read_spec_file(path: Path) -> str:
 
 
 def _train(args) -> int:
-    from explorer.training import train
+    from explorer.training import out_of_memory, train
 
     spec = load_spec(args.preset, args.spec, args.changes)
     callbacks = [] if args.quiet or args.json else [_progress_bar(spec.train.steps)]
@@ -189,7 +189,21 @@ def _train(args) -> int:
 
         recorder = StoreRecorder(label=args.preset, checkpoint_every=args.checkpoint_every)
         callbacks.insert(0, recorder)
-    run = train(spec, callbacks=callbacks)
+    seen = []  # the run being trained, once it has started: the steps a failed run got through
+
+    def keep(event) -> None:
+        seen[:] = [event.run]
+
+    try:
+        run = train(spec, callbacks=[keep, *callbacks])
+    except Exception as error:
+        reason = out_of_memory(error)
+        if recorder is not None:  # the run row ends as error (where the store still takes the write)
+            recorder.fail(reason or f"{type(error).__name__}: {error}", seen[0] if seen else None)
+        if reason is None:
+            raise
+        print(f"error: {reason}", file=sys.stderr)
+        return 1
     _report(run, args.json, recorder.run_id if recorder else None)
     return 0
 
@@ -443,26 +457,45 @@ def _runs(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        _apply_caps(args)
-        if args.command == "train":
-            return _train(args)
-        if args.command == "probe":
-            return _probe(args)
-        if args.command == "runs":
-            return _runs(args)
-        if args.command == "sweep":
-            return _sweep(args)
-        if args.command == "claims":
-            return _claims(args)
-        if args.command == "presets":
-            return _list("presets", False)
-        return _list(args.kind, args.json)
+        code = _command(args)
+        sys.stdout.flush()  # here, so that a reader that has gone away is noticed inside the try
+        return code
+    except BrokenPipeError:  # the reader stopped early (`explorer runs list | head -5`): nothing left to say
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, as a shell reports a writer whose reader went away
     except (SpecError, StoreError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except sqlite3.DatabaseError as err:  # the run store went bad while it was read
         print(f"error: {damaged_database(home() / 'runs.sqlite', err)}", file=sys.stderr)
         return 2
+
+
+def _command(args) -> int:
+    """Run the parsed command; its exit status."""
+    _apply_caps(args)
+    if args.command == "train":
+        return _train(args)
+    if args.command == "probe":
+        return _probe(args)
+    if args.command == "runs":
+        return _runs(args)
+    if args.command == "sweep":
+        return _sweep(args)
+    if args.command == "claims":
+        return _claims(args)
+    if args.command == "presets":
+        return _list("presets", False)
+    return _list(args.kind, args.json)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's flush at exit does not fail on the closed pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # a stdout without a file descriptor (captured in tests)
+        pass
 
 
 if __name__ == "__main__":

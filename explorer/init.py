@@ -102,11 +102,19 @@ def normal(tensor, role, gen, std):
     nn.init.normal_(tensor, 0.0, std, generator=gen)
 
 
+def _positive_std(spec) -> None:
+    """A truncated normal of std 0 has an empty cut (+-bound x 0) and no density to draw from."""
+    if spec.init.params["std"] <= 0:
+        raise SpecError("init.std", "must be above 0 for a truncated normal (its cut, +-bound x std, would be "
+                                    "empty); use a value in (0, 100], e.g. 0.02 (init.name=normal with std 0 gives "
+                                    "all-zero weights)")
+
+
 @INITS.register("trunc-normal", "truncated normal N(0, std^2) cut at +-bound std (0.02: the ViT/timm default that "
                                 "Cutting the Skip calls the default init)",
-                (Param("std", "float", 0.02, "standard deviation before truncation", low=0.0, high=100.0),
+                (Param("std", "float", 0.02, "standard deviation before truncation, above 0", low=0.0, high=100.0),
                  Param("bound", "float", 2.0, "truncate at +-bound x std (timm's absolute +-2 is bound = 2 / std)",
-                       low=0.1, high=10_000.0)))
+                       low=0.1, high=10_000.0)), check=_positive_std)
 def trunc_normal(tensor, role, gen, std, bound):
     """The usual reading of "truncated normal": redraw outside +-2 std (a = -2 std, b = 2 std). timm's
     trunc_normal_(std=.02) cuts at +-2 in absolute value, i.e. hardly at all: that reading is bound = 100."""

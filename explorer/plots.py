@@ -68,6 +68,7 @@ __all__ = [
     "theory_curves",
     "to_html_bytes",
     "to_png_bytes",
+    "training_progress",
     "verdict_table",
 ]
 
@@ -163,6 +164,16 @@ def _plotted_y(fig: go.Figure) -> list[float]:
 def _line_mode(values: Sequence[Any]) -> str:
     """A lone point draws no line: give it a marker so a run logged once (or diverged early) is visible."""
     return "lines+markers" if len(values) == 1 else "lines"
+
+
+def _label_side(x: float, xs: Sequence[float], log_x: bool) -> str:
+    """Where a marker's label goes so it stays inside the plot area: below and to the right of a marker in the
+    left half of the x range, to the left of one in the right half (a run that diverged at its last logged
+    step sits at the right edge). The trace also sets cliponaxis=False, so a label near an edge is not cut."""
+    if log_x:
+        x, xs = math.log10(x), [math.log10(v) for v in xs if v > 0]
+    low, high = min(xs, default=x), max(xs, default=x)
+    return "bottom left" if high > low and x > (low + high) / 2 else "bottom right"
 
 
 def _finish(fig: go.Figure, title: str, **layout: Any) -> go.Figure:
@@ -330,6 +341,7 @@ def loss_curves(
             diverged.append((label, color, int(diverged_at), _number(run.get("diverged_loss"))))
     plotted = _plotted_y(fig)
     top = max(plotted) if plotted else 1.0
+    xs = [float(x) for t in fig.data for x in t.x] + [step + shift for _, _, step, _ in diverged]
     for label, color, step, exploded in diverged:
         # at the value the loss exploded to when it is known and finite, else above everything plotted:
         # the marker sits at the top of the axis, where the explosion went, never among the plotted losses
@@ -337,7 +349,7 @@ def loss_curves(
         what = f"{metric} {y:.4g}" if exploded is not None else f"{metric} non-finite or past diverge_factor"
         fig.add_trace(go.Scatter(
             x=[step + shift], y=[y], customdata=[step], mode="markers+text", text=[f"diverged at step {step}"],
-            textposition="bottom right", textfont=dict(color=color),
+            textposition=_label_side(step + shift, xs, log_x), textfont=dict(color=color), cliponaxis=False,
             name=f"{label}: diverged", legendgroup=label, showlegend=False,
             marker=dict(symbol="x", size=14, color=color, line=dict(width=1, color=color)),
             hovertemplate=f"diverged at step %{{customdata}}<br>{what}<extra>{label}</extra>",
@@ -469,10 +481,12 @@ def spectra(
     if zeros:
         for floor in sorted(set(floors)):
             fig.add_hline(y=floor, line=dict(color="#7f7f7f", dash="dot", width=1))
-        fig.add_annotation(xref="paper", yref="y", x=1.0, y=math.log10(min(floors)), yshift=10, xanchor="right",
-                           showarrow=False, font=dict(size=11, color="#555"),
-                           text=f"{zeros} numerical zero(s): σ < {zero:.1e} × σ_max of their matrix, "
-                                "drawn on a dotted floor")
+        # in the plot's top right corner, where a descending spectrum leaves room, not on the floor among the
+        # markers it counts; two short lines fit a narrow app column, and a white box keeps it readable over a line
+        fig.add_annotation(xref="paper", yref="paper", x=1.0, y=1.0, xanchor="right", yanchor="top", align="right",
+                           showarrow=False, font=dict(size=11, color="#555"), bgcolor="rgba(255,255,255,0.85)",
+                           text=f"{zeros} numerical zero(s): σ < {zero:.1e} × σ_max of their matrix,"
+                                "<br>drawn as open circles on a dotted floor")
     return _finish(fig, title)
 
 
@@ -931,6 +945,31 @@ def show_in(out: Any, *items: Any) -> None:
         else:
             raise ValueError(f"show_in takes plotly figures and strings, got {type(item).__name__}")
     out.outputs = tuple(outputs)
+
+
+PROGRESS_WIDTH = 30  # characters of a notebook widget's text progress bar
+
+
+def training_progress(out: Any, label: str, total: int) -> Callable[[Any], None]:
+    """A callback for `explorer.train(spec, callbacks=[...])` that shows the run's progress in the notebook
+    widget's `ipywidgets.Output` `out`: a text bar, the step and the last logged loss, updated at every logged
+    step (`train.log_every`). It replaces what `out` showed, so the previous figure does not sit there while the
+    next run trains; draw the new figure with `show_in` when the run returns. Reads only the event's `kind`,
+    `step` and `metrics`."""
+    total = max(int(total), 1)
+    show_in(out, f"{label}: starting...")
+
+    def on_event(event: Any) -> None:
+        if event.kind not in ("log", "end"):
+            return
+        done = min(max(int(event.step), 0), total)
+        filled = round(PROGRESS_WIDTH * done / total)
+        loss = _number((event.metrics or {}).get("loss"))
+        text = f"{label}: [{'#' * filled}{'.' * (PROGRESS_WIDTH - filled)}] step {done} of {total}"
+        text += f", loss {loss:.4g}" if loss is not None else ""
+        show_in(out, text + (" - done, drawing..." if event.kind == "end" else ""))
+
+    return on_event
 
 
 # --------------------------------------------------------------------------- claim verdicts

@@ -11,6 +11,11 @@ A missing or empty runs.sqlite beside existing checkpoints is an error, never a 
 not decode (its JSON damaged) is skipped by `list` and named by the listing's `notice()`; reading it alone
 raises DamagedRun. A write the disk refuses (full, read-only, locked) raises StoreWriteError, and a
 StoreRecorder that meets one marks its run `error` with the reason (where the store still takes that write).
+Messages about the store name its folder as EXPLORER_HOME, never by its path.
+
+A stored spec is read back checked for form only (`RunStore.spec`): a run trained on a GPU node, or on data
+this machine lacks, still lists, shows and exports, and rebuilds on CPU for probing; `resume` asks whether it
+can run here first.
 
 Why SQLite: many processes (a sweep, a notebook, the CLI) can write and read at once. WAL mode lets
 readers run beside a writer, `busy_timeout` makes concurrent writers wait instead of failing, and every
@@ -86,17 +91,31 @@ def write_failed(error: Exception) -> StoreWriteError:
                            "writable, then see `explorer runs check`")
 
 
+def store_place(root: str | os.PathLike) -> str:
+    """How a message names a store's folder: the setting EXPLORER_HOME when it is that folder, never the path
+    (a server's folders are not its users' business; `explorer runs check` names them for whoever owns them)."""
+    try:
+        same = Path(root).expanduser().resolve() == home().resolve()
+    except (OSError, RuntimeError):
+        same = False
+    return "EXPLORER_HOME" if same else "the run store's folder"
+
+
 def damaged_database(db_path: Path, error: Exception) -> StoreError:
     """The one-line error for a runs.sqlite SQLite cannot read (truncated, overwritten, not a database)."""
-    return StoreError(f"the run store {db_path} is damaged or not a run store ({error}); move it aside "
-                      f"(mv {db_path} {db_path}.broken) and run `explorer runs check` to see what is left")
+    return StoreError(f"the run store (runs.sqlite in {store_place(Path(db_path).parent)}) is damaged or not a run "
+                      f"store ({error}); move it aside (rename that file) and run `explorer runs check` to see what "
+                      "is left")
 
 
 def damaged_checkpoint(path: Path, error: Exception) -> StoreError:
-    """The one-line error for a checkpoint file that does not load (its own text is not shown: torch's
-    suggests unpickling it unsafely)."""
-    return StoreError(f"the checkpoint {path} is damaged or not a checkpoint ({type(error).__name__}); move it "
-                      f"aside (mv {path} {path}.broken) or delete the run (`explorer runs delete`)")
+    """The one-line error for a checkpoint file that does not load, naming its run (its own text is not shown:
+    torch's suggests unpickling it unsafely)."""
+    path = Path(path)
+    run_id = path.stem[:12]
+    return StoreError(f"the checkpoint of run {run_id} ({path.parent.name}/{path.name} in "
+                      f"{store_place(path.parent.parent)}) is damaged or not a checkpoint ({type(error).__name__}); "
+                      f"move that file aside, or delete the run with `explorer runs delete {run_id}`")
 
 
 # ---- schema -------------------------------------------------------------------------------------
@@ -322,9 +341,9 @@ class RunStore:
         orphans = sorted(self.checkpoint_dir.glob("*.pt")) if self.checkpoint_dir.is_dir() else []
         if orphans:
             state = "is empty (0 bytes)" if self.db_path.exists() else "is missing"
-            raise StoreError(f"the run store {self.db_path} {state}, but {len(orphans)} checkpoint(s) in "
-                             f"{self.checkpoint_dir} belong to runs recorded there; restore runs.sqlite from a "
-                             "backup, or move the checkpoints folder aside to start a new store "
+            raise StoreError(f"the run store's runs.sqlite in {store_place(self.root)} {state}, but {len(orphans)} "
+                             "checkpoint(s) in its checkpoints folder belong to runs recorded there; restore "
+                             "runs.sqlite from a backup, or move the checkpoints folder aside to start a new store "
                              "(`explorer runs check` shows what is there)")
 
     # ---- connections and transactions -----------------------------------------------------------
@@ -390,8 +409,8 @@ class RunStore:
                 tx.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
                 version = self._version(tx)
                 if version > target:
-                    raise StoreError(f"{self.db_path} has schema version {version}, newer than this explorer "
-                                     f"understands ({target}); upgrade explorer to read it")
+                    raise StoreError(f"the run store in {store_place(self.root)} has schema version {version}, "
+                                     f"newer than this explorer understands ({target}); upgrade explorer to read it")
                 if version == target:
                     return
                 MIGRATIONS[version](tx)
@@ -609,10 +628,12 @@ class RunStore:
         return record
 
     def spec(self, run_id: str):
-        """The run's ExperimentSpec, rebuilt (and validated) from the stored dict."""
+        """The run's ExperimentSpec, rebuilt from the stored dict and checked for form only: a run trained with
+        train.device=cuda, or on data this machine lacks, still opens. `spec.check_runnable(device)` says whether
+        it can be built here (SpecError, one line); an entry not registered in this process is a SpecError here."""
         from explorer.spec import ExperimentSpec
 
-        return ExperimentSpec.from_dict(self.get(run_id)["spec"])
+        return ExperimentSpec.from_dict(self.get(run_id, arrays=False)["spec"], runnable=False)
 
     def list(self, status: str | None = None, limit: int | None = None, label: str | None = None) -> Listing:
         """Runs newest first, without histories (each with `history_rows`, its number of history rows).
@@ -724,8 +745,9 @@ def check_store(root: str | os.PathLike | None = None) -> tuple[list[str], list[
                 state = torch.load(path, map_location="cpu", weights_only=True)
             if not isinstance(state, dict):
                 raise TypeError(type(state).__name__)
-        except Exception as error:
-            problems.append(str(damaged_checkpoint(path, error)))
+        except Exception as error:  # this report is for whoever owns the files: it names each one by its path
+            problems.append(f"{path} is damaged or not a checkpoint ({type(error).__name__}); move it aside, or "
+                            f"delete run {run_id[:12]} with `explorer runs delete {run_id[:12]}`")
         else:
             if "optimizer" in state:  # what `resume` needs
                 resumable.add(run_id)
@@ -932,9 +954,18 @@ def resume(run_id: str, store: RunStore | None = None, callbacks=None, stop=None
     if state is None or "optimizer" not in state:
         raise SpecError("run", f"run {run_id[:8]} has no training checkpoint to resume from; record runs with "
                                "StoreRecorder (checkpoint_every=N for runs that may be killed)")
+    spec = store.spec(run_id)
+    try:
+        spec.check_runnable()
+    except SpecError as error:
+        if error.path != "train.device":
+            raise
+        raise SpecError("train.device", f"run {run_id[:8]} trains with train.device={spec.train.device}, and CUDA is "
+                                         "not available on this machine; resume it on a machine with CUDA, or train a "
+                                         "new run from its spec with train.device=cpu or auto") from None
     recorder = StoreRecorder(store, checkpoint_every=checkpoint_every, resume=run_id)
     try:
-        return train(store.spec(run_id), callbacks=[recorder, *(callbacks or [])], stop=stop, resume_from=state)
+        return train(spec, callbacks=[recorder, *(callbacks or [])], stop=stop, resume_from=state)
     except CheckpointMismatch as error:
         raise damaged_checkpoint(store.checkpoint_path(run_id), error) from None
     finally:

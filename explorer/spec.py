@@ -4,14 +4,22 @@ A spec has six sections. Five name a registry entry and carry that entry's param
 (data, model, topology, init, optim); `train` has a fixed set of fields. Every value is
 checked on construction; errors are `SpecError`s naming the field path and the fix.
 
+Two questions are kept apart: is a spec well-formed (types, ranges, registered names, the rules
+across sections), and can it run on this machine (CUDA where it asks for it, its data files
+readable here). A new spec is asked both (`from_dict`); a stored one, such as a recorded run's,
+only the first (`from_dict(raw, runnable=False)`), so a run trained on a GPU node or on a data
+folder this machine lacks still opens; `check_runnable` asks the second before it is built.
+
 Round trips: `to_dict`/`from_dict`, `to_json`/`from_json`, and a compact URL query
 (`to_query`/`from_query`) that lists only values that differ from the defaults.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
+import sys
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -66,7 +74,7 @@ class Section:
         return isinstance(other, Section) and self.to_dict() == other.to_dict()
 
 
-def _build_section(section: str, raw: Mapping[str, Any]) -> Section:
+def _build_section(section: str, raw: Mapping[str, Any], stored: bool = False) -> Section:
     if not isinstance(raw, Mapping):
         raise SpecError(section, f"expected an object of parameters, got {quote(raw)}")
     values = dict(raw)
@@ -76,7 +84,13 @@ def _build_section(section: str, raw: Mapping[str, Any]) -> Section:
             raise SpecError("train.name", "the train section has no name; remove it")
     else:
         name = values.pop("name", DEFAULT_NAMES[section])
-        params = registry(SECTION_KINDS[section]).lookup(name, f"{section}.name").params
+        try:
+            params = registry(SECTION_KINDS[section]).lookup(name, f"{section}.name").params
+        except SpecError as error:
+            if not stored or not isinstance(name, str):
+                raise
+            raise SpecError(error.path, f"{error.message}; it is not registered in this process: import the "
+                                        "module that registers it to open this spec") from None
     known = {p.name: p for p in params}
     for key in values:
         if key not in known:
@@ -102,17 +116,25 @@ class ExperimentSpec:
 
     # ---- construction -------------------------------------------------------------
     @classmethod
-    def from_dict(cls, raw: Mapping[str, Any] | None = None) -> ExperimentSpec:
-        """Validate a nested dict (missing sections and parameters take their defaults)."""
+    def from_dict(cls, raw: Mapping[str, Any] | None = None, *, runnable: bool = True) -> ExperimentSpec:
+        """Validate a nested dict (missing sections and parameters take their defaults).
+
+        runnable=True (a new spec): well-formed and able to run on this machine, as `check_runnable` asks.
+        runnable=False (a stored spec, e.g. a recorded run's): well-formed only, so it loads wherever it was
+        trained; an entry not registered in this process still fails, as its parameters cannot be read.
+        """
         if raw is not None and not isinstance(raw, Mapping):
             raise SpecError("spec", f"expected an object with sections {', '.join(SECTIONS)}, got {quote(raw)}")
         raw = dict(raw or {})
         for key in raw:
             if key not in SECTIONS:
                 raise SpecError(str(key)[:80], f"unknown section; valid sections: {', '.join(SECTIONS)}")
-        sections = {s: _build_section(s, raw.get(s, {})) for s in SECTIONS}
+        sections = {s: _build_section(s, raw.get(s, {}), stored=not runnable) for s in SECTIONS}
         spec = cls(**sections)
-        spec._check_combination()
+        if runnable:
+            check_spec(spec)
+        else:
+            spec._check_form()
         return spec
 
     @classmethod
@@ -132,16 +154,21 @@ class ExperimentSpec:
             raise SpecError("spec", f"the spec is {len(text):,} characters long, more than the {MAX_SPEC_BYTES:,} "
                                     "accepted; a spec file is a small JSON object (see `explorer train --help`)")
         try:
-            raw = json.loads(text)
+            raw = json.loads(text, parse_int=_parse_int)
         except json.JSONDecodeError as err:
             raise SpecError("spec", f"not valid JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
         except RecursionError:
             raise SpecError("spec", "the JSON is nested too deeply; a spec is an object of sections holding "
                                     "parameter values") from None
-        except (ValueError, UnicodeDecodeError) as err:  # e.g. an integer with more than 4300 digits
+        except (ValueError, UnicodeDecodeError) as err:  # e.g. bytes that are not UTF-8 text
             raise SpecError("spec", f"not a valid spec JSON ({str(err)[:120]})") from None
         if not isinstance(raw, dict):
             raise SpecError("spec", "a spec file must hold a JSON object with sections data, model, ...")
+        long = _find_long_number(raw)
+        if long is not None:
+            path, number = long
+            raise SpecError(path, f"is a number with {number.digits:,} digits, more than the {number.limit:,} "
+                                  "Python reads; use a value in the parameter's range")
         return cls.from_dict(raw)
 
     # ---- editing ------------------------------------------------------------------
@@ -195,8 +222,9 @@ class ExperimentSpec:
         return urllib.parse.urlencode(pairs, safe=":/,^()")
 
     @classmethod
-    def from_query(cls, query: str | Mapping[str, Any]) -> ExperimentSpec:
-        """Inverse of `to_query`; also accepts a mapping such as Streamlit's query params."""
+    def from_query(cls, query: str | Mapping[str, Any], base: ExperimentSpec | None = None) -> ExperimentSpec:
+        """Inverse of `to_query`; also accepts a mapping such as Streamlit's query params. The values change
+        `base` (a preset, say), by default the default spec."""
         if isinstance(query, str):
             pairs = urllib.parse.parse_qsl(query.lstrip("?"), keep_blank_values=True)
         else:
@@ -205,11 +233,35 @@ class ExperimentSpec:
         for key, value in pairs:
             path = key if "." in key else f"{key}.name"
             changes[path] = value
-        return cls.default().with_values(changes)
+        return (base or cls.default()).with_values(changes)
 
     # ---- cross-field checks ---------------------------------------------------------
-    def _check_combination(self) -> None:
-        check_spec(self)
+    def check_runnable(self, device: Any = None) -> None:
+        """Raise a one-line SpecError (the field and the fix) unless this spec can be built here: CUDA present
+        where it trains on CUDA, its data files readable, every rule across sections met.
+
+        `device` ("cpu", "cuda", "auto" or a torch.device) stands for train.device, as in
+        `explorer.build(spec, device=...)`: a run trained on CUDA can be rebuilt for probing with device="cpu".
+        """
+        check_spec(self if device is None else self._on_device(device))
+
+    def _check_form(self) -> None:
+        """The rules across sections that do not depend on this machine. CUDA's presence is not asked (the spec
+        is judged as if on a CPU), and when a dataset's files (data.path) cannot serve here, the rules that
+        need their shapes wait for `check_runnable`."""
+        try:
+            check_spec(self._on_device("cpu"))
+        except SpecError as error:
+            if not (error.path.startswith("data.") and self.data.params.get("path")):
+                raise
+
+    def _on_device(self, device: Any) -> ExperimentSpec:
+        """This spec with train.device set to `device` (a torch.device counts by its type: "cuda:1" is cuda)."""
+        name = str(getattr(device, "type", device)).partition(":")[0]
+        choice = next(p for p in TRAIN_PARAMS if p.name == "device").coerce(name, "device")
+        if choice == self.train.device:
+            return self
+        return dataclasses.replace(self, train=Section(None, {**self.train.params, "device": choice}))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ExperimentSpec) and self.to_dict() == other.to_dict()
@@ -226,3 +278,31 @@ def _params_of(section: str, name: str | None) -> tuple[Param, ...]:
         return TRAIN_PARAMS
     entry: Entry = registry(SECTION_KINDS[section])[name]
     return entry.params
+
+
+# ---- JSON parsing (from_json) ---------------------------------------------------------
+
+class _LongNumber:
+    """An integer in a spec's JSON with more digits than Python converts (sys.get_int_max_str_digits)."""
+
+    def __init__(self, digits: int, limit: int):
+        self.digits, self.limit = digits, limit
+
+
+def _parse_int(text: str) -> int | _LongNumber:
+    """json's parse_int: int(text), or a _LongNumber that from_json reports at its field."""
+    limit = sys.get_int_max_str_digits()
+    digits = len(text.lstrip("-"))
+    return _LongNumber(digits, limit) if limit and digits > limit else int(text)
+
+
+def _find_long_number(value: Any, path: str = "") -> tuple[str, _LongNumber] | None:
+    """(dotted path, number) of the first _LongNumber in parsed JSON ("spec" when it is the whole text), else None."""
+    if isinstance(value, _LongNumber):
+        return path or "spec", value
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _find_long_number(item, f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else key)
+        if found is not None:
+            return found
+    return None

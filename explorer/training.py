@@ -107,7 +107,9 @@ def resolve_device(name: str) -> torch.device:
 
 def build(spec: ExperimentSpec, device: str | torch.device | None = None) -> tuple[nn.Module, Dataset]:
     """The initialised model and its dataset, both on the spec's device (or `device`); SpecError first when
-    they would take more memory than EXPLORER_MAX_DATA_MB / EXPLORER_MAX_MODEL_MB allow (explorer.budget)."""
+    the spec cannot run on this machine (a stored run's CUDA, data folder or registry entry) or they would
+    take more memory than EXPLORER_MAX_DATA_MB / EXPLORER_MAX_MODEL_MB allow (explorer.budget)."""
+    spec.check_runnable(device)
     budget.check(spec)
     target = resolve_device(spec.train.device) if device is None else torch.device(device)
     data = build_dataset(spec.data)
@@ -297,7 +299,12 @@ def train(
                 raise StopTraining
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            optimizer.step()
+            try:
+                optimizer.step()
+            except torch.linalg.LinAlgError:  # an optimizer that factorises its statistics (SOAP's eigh) met
+                step += 1  # non-finite ones: the update is undefined, so the run diverged at the next step (its
+                log(step)  # loss, never computed, stays NaN in the buffer)
+                break
             schedule.step()
             step += 1
     except StopTraining:
@@ -333,3 +340,15 @@ def _restore(state: dict[str, Any], run: Run, model, optimizer, schedule, batche
         raise CheckpointMismatch(f"it does not fit this run: {type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}") from None
     run.steps_done = step
     return step, checked
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """A one-line reason when `error` is the system or the GPU refusing memory (MemoryError, torch's
+    "can't allocate memory" / "out of memory" RuntimeError), else None."""
+    refused = isinstance(error, MemoryError) or (
+        isinstance(error, RuntimeError) and any(words in str(error) for words in ("allocate memory", "out of memory")))
+    if not refused:
+        return None
+    return ("training ran out of memory: this machine could not give the run what it asked for; lower "
+            "model.width, model.depth, train.batch_size or the data size, or lower EXPLORER_MAX_MODEL_MB "
+            "(CLI: --max-model-mb) so that such runs are refused before they start")

@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 import html
 import os
+import re
 import shutil
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -74,50 +74,76 @@ def static_copy(notebook):
     return page
 
 
-def build_page(path: Path, outdir: Path, timeout: int = 900) -> Path:
-    """Execute one notebook (in its own folder, with the current environment) and write OUTDIR/NAME.html
-    and the executed notebook OUTDIR/NAME.ipynb (to download, or to open in JupyterLab with its outputs)."""
+def execute(path: Path, folder: Path | None = None, timeout: int = 900):
+    """The notebook at `path` run top to bottom by a fresh kernel (in `folder`, by default the notebook's own,
+    with the current environment); its outputs are in the returned notebook."""
     import nbclient
     import nbformat
-    from nbconvert import HTMLExporter
 
     notebook = nbformat.read(path, as_version=4)
     nbclient.NotebookClient(notebook, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}}).execute()
+                            resources={"metadata": {"path": str(folder or path.parent)}}).execute()
+    return notebook
+
+
+def write_page(notebook, name: str, outdir: Path) -> Path:
+    """Write OUTDIR/NAME.html of an executed notebook and the notebook itself, OUTDIR/NAME.ipynb (to download,
+    or to open in JupyterLab with its outputs)."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
     exporter = HTMLExporter(template_name="lab", mathjax_url=MATHJAX_URL)
     exporter.require_js_url = ""  # nothing on the page needs require.js; without it plotly.js sets window.Plotly
-    body, _ = exporter.from_notebook_node(static_copy(notebook), resources={"metadata": {"name": path.stem}})
-    nbformat.write(notebook, outdir / path.name)
-    page = outdir / f"{path.stem}.html"
+    body, _ = exporter.from_notebook_node(static_copy(notebook), resources={"metadata": {"name": name}})
+    nbformat.write(notebook, outdir / f"{name}.ipynb")
+    page = outdir / f"{name}.html"
     page.write_text(body, encoding="utf-8")
     return page
 
 
-def build_site(outdir: str | os.PathLike, names: list[str] | None = None, fast: bool = True) -> list[Path]:
-    """Build the pages of `names` (notebook stems; all when empty) and an index; returns the pages."""
-    from tqdm.auto import tqdm
+def describe(notebook) -> tuple[str, str]:
+    """A notebook's title (its first heading) and its first paragraph as plain text, as the index lists them."""
+    source = next((cell.source for cell in notebook.cells if cell.cell_type == "markdown"), "")
+    title = next((line.lstrip("#").strip() for line in source.splitlines() if line.startswith("#")), "")
+    paragraphs = [" ".join(block.split()) for block in re.split(r"\n\s*\n", source)
+                  if block.strip() and not block.lstrip().startswith("#")]
+    paragraph = re.sub(r"\*+([^*]+)\*+", r"\1", paragraphs[0] if paragraphs else "")  # emphasis as plain text
+    return title, paragraph if len(paragraph) <= 400 else paragraph[:399].rsplit(" ", 1)[0] + "…"
 
+
+def write_site(outdir: str | os.PathLike, executed: dict, mode: str) -> list[Path]:
+    """The site of notebooks already executed (`executed`: {name: notebook}): a page each, MathJax, and an
+    index that says what each notebook teaches; `mode` says how they were executed."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
+    copy_mathjax(outdir)
+    pages, rows = [], []
+    for name, notebook in executed.items():
+        pages.append(write_page(notebook, name, outdir))
+        title, paragraph = describe(notebook)
+        rows.append(f"<li><a href='{html.escape(name)}.html'><b>{html.escape(title or name)}</b></a> "
+                    f"(<a href='{html.escape(name)}.ipynb'>notebook</a>)<br>{html.escape(paragraph)}</li>")
+    (outdir / "index.html").write_text(
+        "<!doctype html><meta charset='utf-8'><title>Residual Explorer notebooks</title>"
+        "<style>body{font-family:sans-serif;max-width:52em;margin:2em auto;line-height:1.4}li{margin:0 0 1em}</style>"
+        "<script type='text/x-mathjax-config'>MathJax.Hub.Config({tex2jax: {inlineMath: [['$', '$']]}});</script>"
+        f"<script src='{MATHJAX_URL}'></script>"
+        f"<h1>Residual Explorer notebooks</h1><p>Executed in {html.escape(mode)}.</p><ul>{''.join(rows)}</ul>\n",
+        encoding="utf-8")
+    return pages
+
+
+def build_site(outdir: str | os.PathLike, names: list[str] | None = None, fast: bool = True) -> list[Path]:
+    """Execute the notebooks of `names` (stems; all when empty) and write their site; returns the pages."""
+    from tqdm.auto import tqdm
+
     chosen = [p for p in NOTEBOOKS if not names or p.stem in names]
     unknown = sorted(set(names or []) - {p.stem for p in NOTEBOOKS})
     if unknown:
         raise SystemExit(f"no notebook named {', '.join(unknown)}; known: {', '.join(p.stem for p in NOTEBOOKS)}")
     os.environ["EXPLORER_FAST"] = "1" if fast else "0"  # the kernels inherit it
-    copy_mathjax(outdir)
-    pages, rows = [], []
-    for path in tqdm(chosen, desc="notebooks", unit="notebook"):
-        start = time.perf_counter()
-        pages.append(build_page(path, outdir))
-        rows.append(f"<li><a href='{html.escape(path.stem)}.html'>{html.escape(path.stem)}</a> "
-                    f"(<a href='{html.escape(path.name)}'>notebook</a>) "
-                    f"<small>(executed in {time.perf_counter() - start:.0f} s)</small></li>")
-    mode = "fast mode (EXPLORER_FAST=1)" if fast else "full mode"
-    (outdir / "index.html").write_text(
-        "<!doctype html><meta charset='utf-8'><title>Residual Explorer notebooks</title>"
-        f"<h1>Residual Explorer notebooks</h1><p>Executed in {mode}.</p><ul>{''.join(rows)}</ul>\n",
-        encoding="utf-8")
-    return pages
+    executed = {path.stem: execute(path) for path in tqdm(chosen, desc="notebooks", unit="notebook")}
+    return write_site(outdir, executed, "fast mode (EXPLORER_FAST=1)" if fast else "full mode")
 
 
 def main() -> None:

@@ -1,12 +1,15 @@
 """Fixtures shared by the test files."""
 
+import os
 import socket
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-APP = Path(__file__).resolve().parents[1] / "app"
+ROOT = Path(__file__).resolve().parents[1]
+APP = ROOT / "app"
 sys.path.insert(0, str(APP))  # the app's helper package `explorer_app`, importable as under `streamlit run`
 
 
@@ -30,6 +33,46 @@ def worker_pool():
     pool.warm()
     yield pool
     pool.close()
+
+
+@pytest.fixture(scope="session")
+def local_ray():
+    """One private local Ray for the tests that use it (starting Ray costs tens of seconds); those tests run
+    last (pytest_collection_modifyitems), so it is started once and no other test runs beside it."""
+    ray = pytest.importorskip("ray")
+    from explorer.parallel import connect_ray
+
+    connect_ray(cpus=2)
+    yield ray
+    ray.shutdown()
+
+
+def pytest_collection_modifyitems(items):
+    """The tests on the shared local Ray run last, one after the other (the order within each group is kept)."""
+    on_ray = [item for item in items if "local_ray" in getattr(item, "fixturenames", ())]
+    items[:] = [item for item in items if item not in on_ray] + on_ray
+
+
+@pytest.fixture(scope="session")
+def executed_notebooks(tmp_path_factory):
+    """{name: notebook} of every notebook executed top to bottom in fast mode, each by a fresh kernel in a
+    folder of its own, two kernels at a time with one torch thread each (a notebook's small runs gain little
+    from a second thread, so the two cores of a CI machine run two notebooks); a notebook that failed to run
+    maps to its exception. Shared by the notebook tests and the static site's tests."""
+    pytest.importorskip("nbclient")
+    sys.path.insert(0, str(ROOT / "notebooks"))
+    import build_site
+
+    saved = {key: os.environ.get(key) for key in ("EXPLORER_FAST", "OMP_NUM_THREADS")}
+    os.environ.update(EXPLORER_FAST="1", OMP_NUM_THREADS="1")  # the kernels inherit them
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = {path.stem: pool.submit(build_site.execute, path, tmp_path_factory.mktemp(path.stem), 600)
+                       for path in build_site.NOTEBOOKS}
+            return {name: future.exception() or future.result() for name, future in futures.items()}
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
 
 
 @pytest.fixture

@@ -143,7 +143,12 @@ def test_the_live_charts_follow_the_run_without_rerunning_the_page(app):
     polls.clear()
     reruns.clear()
     t0 = time.perf_counter()
-    while time.perf_counter() - t0 < 5 and page.get_by_text("Finished", exact=False).count() == 0:
+
+    def seen_enough():  # five loss charts and five steps: how long that takes is the machine's speed, not a property
+        return len(contents.get("loss", ())) >= 5 and len(set(texts)) >= 5
+
+    while not seen_enough() and page.get_by_text("Finished", exact=False).count() == 0:
+        assert time.perf_counter() - t0 < 180, (contents, texts)
         for kind, number, content in page.evaluate(CHART_ELEMENTS):
             elements.setdefault(kind, set()).add(number)
             contents.setdefault(kind, set()).add(content)
@@ -158,8 +163,10 @@ def test_the_live_charts_follow_the_run_without_rerunning_the_page(app):
     steps = [int(re.search(r"step (\d+) of", text).group(1)) for text in texts]
     assert len(set(steps)) >= 5 and steps == sorted(steps), texts  # the progress bar moved, never back
     assert {kind: len(numbers) for kind, numbers in elements.items()} == {"loss": 1, "heatmap": 1, "probe": 1}
-    assert polled >= 10, polls  # about 5 a second
     assert sent <= 2, f"{sent} messages to the server: the page reran while nothing changed"
+    # each new loss chart came in an answer: to a poll made in the window, to the one in flight when it began,
+    # or to a rerun; so the feed carried at least this many
+    assert polled >= len(contents["loss"]) - 2 - sent, polls
     assert browsing.exceptions(page) == 0
 
 
@@ -214,8 +221,9 @@ def test_the_compare_grid_follows_its_feed_without_rerunning_the_page(app):
     for run in zip(*steps):  # each run's step, as the table showed it, never went back
         assert list(run) == sorted(run), run
     assert elements == {0} and len(contents) >= 3, (elements, contents)  # redrawn, in one element
-    assert polled >= 4, polls  # it follows the feed (at least once a second, the slowest it polls), not reruns
+    changes = sum(a != b for a, b in zip(steps, steps[1:]))  # how often the table showed new steps
     assert messages <= 1, f"{messages} messages to the server: the page reran while no run changed state"
+    assert changes > messages and polled >= 1, (changes, polls)  # so the feed, not a rerun, moved the table
     assert browsing.exceptions(page) == 0
 
 

@@ -231,3 +231,33 @@ def test_every_registered_topology_is_offered_and_a_plug_in_one_trains_in_a_grid
     (record,) = [explorer.RunStore().get(run["id"]) for run in explorer.RunStore().list()]
     assert record["spec"]["topology"]["name"] == "highway"
     assert record["status"] == "finished" and record["steps_done"] == 20
+
+
+def test_a_diverged_tau_run_is_explained_on_compare(open_page):
+    spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"model.depth": 30, "train.steps": 20})
+    run = explorer.train(spec, callbacks=[explorer.StoreRecorder(label="deep tau")])
+    assert run.status == "diverged"
+    growth = explorer.diagnose(spec).quantity("stream growth ||h_n|| / ||h_0|| at init")
+    at = open_page("compare")
+    at.toggle(key="compare-all-runs").set_value(True).run()
+    assert not at.exception
+    line = next(plain(c.value) for c in at.caption if plain(c.value).startswith("**deep tau**:"))
+    assert "Theorem 4" in line and "Sec. 3.3" in line and growth.measured in line and "1/sqrt(L) = 0.18" in line
+
+
+def test_the_runs_table_shows_missing_values_as_a_dash_and_numbers_at_a_fixed_precision(open_page):
+    """A run that did not diverge has no "diverged at" and a regression run no validation accuracy: those cells
+    read "-", not "None"; the metric columns carry a fixed number format (so 0.05719... reads 0.05719)."""
+    fast = explorer.preset(FAST_PRESET).with_values({"train.steps": 10, "train.log_every": 5})
+    explorer.train(fast, callbacks=[explorer.StoreRecorder(label="finished")])
+    at = open_page("compare")
+    at.toggle(key="compare-all-runs").set_value(True).run()
+    assert not at.exception
+    table = at.dataframe[0]
+    row = table.value.set_index("run").loc["finished"]
+    assert row["diverged at"] is None or row["diverged at"] != row["diverged at"]  # missing: what "-" stands for
+    assert table.proto.placeholder == "-"
+    formats = {name: json.loads(table.proto.columns)[name].get("type_config", {}).get("format")
+               for name in ("lr", "loss", "val loss", "val accuracy", "steps", "diverged at")}
+    assert formats == {"lr": "%.3g", "loss": "%.4g", "val loss": "%.4g", "val accuracy": "%.3f", "steps": "%d",
+                       "diverged at": "%d"}

@@ -4,8 +4,11 @@ import os
 import pickle
 import re
 import time
+from pathlib import Path
 
 import pytest
+import torch
+
 import explorer
 from conftest import plain
 
@@ -60,8 +63,8 @@ def test_a_link_cannot_probe_server_files(open_page, tmp_path, monkeypatch):
 
 
 def test_a_corrupt_checkpoint_on_inside_probe_is_one_clear_line(open_page):
-    """Inside -> Probe on a damaged checkpoint names the file and what to do; torch's own
-    text (which advises weights_only=False) is not shown."""
+    """Inside -> Probe on a damaged checkpoint names the file (in EXPLORER_HOME, not the server's path) and what
+    to do; torch's own text (which advises weights_only=False) is not shown."""
     spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 3, "train.steps": 4, "train.log_every": 2})
     explorer.train(spec, callbacks=[explorer.StoreRecorder(label="stored")])
     store = explorer.RunStore()
@@ -69,10 +72,13 @@ def test_a_corrupt_checkpoint_on_inside_probe_is_one_clear_line(open_page):
     path.write_bytes(pickle.dumps(type("Evil", (), {"__reduce__": lambda self: (os.system, ("true",))})()))
     at = open_page("inside")
     at.toggle(key="inside-all").set_value(True).run()
-    at.button(key="inside-run-probes").click().run()
+    from test_app_inside import probe
+
+    probe(at)  # the probe job's worker reads the checkpoint
     assert not at.exception
     [warning] = [plain(w.value) for w in at.warning if "checkpoint" in plain(w.value)]
-    assert str(path) in warning and "move it" in warning and "weights_only" not in warning
+    assert f"checkpoints/{path.name} in EXPLORER_HOME" in warning and "move that file aside" in warning
+    assert str(path.parent) not in warning and "weights_only" not in warning  # no server path, no torch advice
     assert "\n" not in warning
 
 
@@ -159,12 +165,11 @@ def test_a_store_that_cannot_open_is_one_line_naming_explorer_home(open_page, ex
     assert (explorer_home / "runs.sqlite").stat().st_size == 0
 
 
-def test_train_on_a_store_that_cannot_open_is_one_line_in_a_browser(tmp_path):
-    """The same in a real browser (Streamlit + Playwright + Debian's Chromium), on load and on reload: the
-    queue's warm-up after the page, outside its handler, shows no exception box either."""
+def browser_driver():
+    """The browser driver (benchmarks/app_responsiveness.py: Streamlit + Playwright + Debian's Chromium); the
+    test is skipped without Chromium or Playwright, except in CI, where it fails."""
     import importlib.util
     import sys
-    from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import app_responsiveness as browsing
@@ -174,6 +179,13 @@ def test_train_on_a_store_that_cannot_open_is_one_line_in_a_browser(tmp_path):
     if missing and os.environ.get("CI") != "true":
         pytest.skip(f"needs {' and '.join(missing)} (apt-get install chromium; pip install playwright)")
     assert not missing, f"CI needs {' and '.join(missing)} for the browser test"
+    return browsing
+
+
+def test_train_on_a_store_that_cannot_open_is_one_line_in_a_browser(tmp_path):
+    """The same in a real browser (Streamlit + Playwright + Debian's Chromium), on load and on reload: the
+    queue's warm-up after the page, outside its handler, shows no exception box either."""
+    browsing = browser_driver()
     home = tmp_path / "home"
     (home / "checkpoints").mkdir(parents=True)
     (home / "checkpoints" / ("a" * 32 + ".pt")).write_bytes(b"a checkpoint")
@@ -189,3 +201,102 @@ def test_train_on_a_store_that_cannot_open_is_one_line_in_a_browser(tmp_path):
             assert browsing.exceptions(page) == 0
             assert len(shown) == 1 and "EXPLORER_HOME" in shown[0] and str(home) not in shown[0], shown
     assert (home / "runs.sqlite").stat().st_size == 0
+
+
+def test_a_probe_too_big_for_the_server_is_refused_while_it_serves_others(tmp_path):
+    """A heavy Inside probe in a real browser: a 2048-wide linear model on a 500 MB dataset, 64 validation
+    inputs, Probe. The page says in one line which probe does not fit and how many inputs do; the server's
+    process builds nothing (its resident memory stays near what it was) and a second tab loads meanwhile."""
+    import threading
+
+    browsing = browser_driver()
+    query = ("data=identity&data.dim=2048&data.n_train=30000&model=linear&model.width=2048&model.depth=1"
+             "&train.steps=2&train.log_every=1")
+    with browsing.serve(tmp_path / "home") as base, browsing.browser(tmp_path / "profile") as page:
+        page.goto(f"{base}/?{query}")
+        browsing.wait_ready(page, 180_000)
+        page.locator(".st-key-train-start button").click()
+        page.get_by_text("Finished", exact=False).first.wait_for(timeout=600_000)
+        page.locator('[data-testid="stSidebarNav"] a', has_text="Inside").click()
+        page.locator(".st-key-inside-inputs").wait_for(timeout=60_000)
+        time.sleep(1.0)  # the rerun the click started may begin a moment later
+        page.wait_for_function(browsing.IDLE, timeout=60_000)
+        page.locator(".st-key-inside-inputs input[type=range]").first.focus()
+        page.keyboard.press("End")
+        page.wait_for_function("() => document.querySelector(\".st-key-inside-inputs [data-testid='stSliderThumbValue']\")"
+                               ".innerText === '64'", timeout=60_000)
+        time.sleep(1.0)
+        page.wait_for_function(browsing.IDLE, timeout=60_000)
+        before = browsing.rss_mb(base.pid)
+        peak, sampling = [before], threading.Event()
+
+        def sample() -> None:
+            while not sampling.is_set():
+                peak.append(browsing.rss_mb(base.pid))
+                time.sleep(0.5)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            page.locator(".st-key-inside-run-probes button").first.click()
+            other = page.context.new_page()
+            other.goto(f"{base}/")
+            browsing.wait_ready(other, 120_000)
+            assert browsing.exceptions(other) == 0
+            refusal = page.get_by_text("Not probed:", exact=False).first
+            refusal.wait_for(timeout=120_000)
+        finally:
+            sampling.set()
+            sampler.join()
+        shown = refusal.inner_text()
+        assert "jacobian" in shown and "64 validation inputs" in shown and "use at most" in shown, shown
+        assert "EXPLORER_MAX_MODEL_MB" in shown and "\n" not in shown.strip()
+        assert browsing.exceptions(page) == 0
+        assert max(peak) < before + 300, (before, max(peak))  # the probe's GBs were never allocated here
+
+
+def test_inside_probes_a_diverged_run_and_a_gpu_run_in_a_browser(tmp_path):
+    """Inside in a real browser, on the runs it must explain: a diverged run (non-finite weights) is probed
+    and shows the weights and norms it has, with the undefined quantities named, never an exception box; a
+    run trained on a GPU elsewhere (tests/data/cuda_store, train.device=cuda) opens and is probed here on CPU."""
+    import shutil
+
+    browsing = browser_driver()
+    home = tmp_path / "home"
+    shutil.copytree(Path(__file__).parent / "data" / "cuda_store", home)  # the GPU run, first in the store
+    diverging = explorer.preset("tau-fig1-1/L").with_values({"topology.name": "cascaded", "optim.lr": 100.0,
+                                                             "train.steps": 20, "train.log_every": 5})
+    run = explorer.train(diverging, callbacks=[explorer.StoreRecorder(store=explorer.RunStore(home), label="diverged")])
+    # it trained on to its logged step after the loss blew up: its stored weights are not finite
+    assert run.status == "diverged" and not all(torch.isfinite(p).all() for p in run.model.parameters())
+    with browsing.serve(home) as base, browsing.browser(tmp_path / "profile") as page:
+        for label, added in (("diverged", None), ("on cuda", "coefficients")):  # to the default probes
+            page.goto(f"{base}/inside")
+            page.locator(".st-key-inside-all label").first.wait_for(timeout=180_000)
+            page.wait_for_function(browsing.IDLE, timeout=60_000)
+            page.locator(".st-key-inside-all label").first.click()  # every run in the store
+            time.sleep(1.0)
+            page.wait_for_function(browsing.IDLE, timeout=60_000)
+            page.locator(".st-key-inside-run").click()
+            page.keyboard.type(label)
+            page.keyboard.press("Enter")
+            time.sleep(1.0)
+            page.wait_for_function(browsing.IDLE, timeout=60_000)
+            if added:
+                page.locator(".st-key-inside-probes").click()
+                page.keyboard.type(added)
+                page.keyboard.press("Enter")
+                page.keyboard.press("Escape")
+                page.locator("h1").first.click()
+                time.sleep(1.0)
+                page.wait_for_function(browsing.IDLE, timeout=60_000)
+            page.locator(".st-key-inside-run-probes button").first.click()
+            probes = ["jacobian", "weights", "norms", *([added] if added else [])]
+            for name in probes:  # each probe's heading, once the job has drawn its results
+                page.locator("h4", has_text=re.compile(rf"^{name} \(step \d+\)")).first.wait_for(timeout=300_000)
+            text = page.locator("[data-testid='stMain']").first.inner_text()
+            assert browsing.exceptions(page) == 0, label
+            assert "Not probed" not in text and "does not apply" not in text, text[:2000]
+            if label == "diverged":  # its spectra are undefined, and their figures say why (Playwright's text
+                # search reaches into the charts' shadow roots)
+                page.get_by_text("undefined: singular_values", exact=False).first.wait_for(timeout=60_000)

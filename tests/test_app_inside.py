@@ -1,7 +1,10 @@
-"""The Inside page (AppTest): probing a stored run's weights and scrubbing its recorded probes."""
+"""The Inside page (AppTest): probing a stored run's weights (a job in a worker) and scrubbing its recorded probes."""
 
 import inspect
 import json
+import shutil
+import time
+from pathlib import Path
 
 import numpy as np
 
@@ -13,6 +16,16 @@ from conftest import plotly_array
 def stored_run(spec, **probes):
     run = explorer.train(spec, callbacks=[explorer.StoreRecorder(label="stored")], probes=probes or None, probe_every=2)
     return run, explorer.RunStore().list()[0]["id"]
+
+
+def probe(at, timeout: float = 300.0):
+    """Click Probe and wait for the probe job to end (AppTest runs no timers), then rerun: its results drawn."""
+    at.button(key="inside-run-probes").click().run()
+    job = at.session_state["inside-job"] if "inside-job" in at.session_state else None
+    deadline = time.time() + timeout
+    while job is not None and job.active and time.time() < deadline:
+        time.sleep(0.2)
+    return at.run()
 
 
 def test_an_empty_store_says_what_to_do(open_page):
@@ -28,7 +41,7 @@ def test_probes_read_the_stored_weights(open_page):
     at.toggle(key="inside-all").set_value(True).run()
     at.multiselect(key="inside-probes").set_value(["jacobian", "norms"]).run()
     at.slider(key="inside-inputs").set_value(4).run()
-    at.button(key="inside-run-probes").click().run()
+    probe(at)
     assert not at.exception
     expected = explorer.probe(run.model.eval(), run.data.x_val[:4], "jacobian")
     assert f"mean chi {expected['chi'].mean():.4g}" in [c.value for c in at.caption]
@@ -57,7 +70,7 @@ def test_a_probe_that_does_not_apply_is_a_warning(open_page):
     at = open_page("inside")
     at.toggle(key="inside-all").set_value(True).run()
     at.multiselect(key="inside-probes").set_value(["attention"]).run()
-    at.button(key="inside-run-probes").click().run()
+    probe(at)
     assert not at.exception
     assert any("attention does not apply" in w.value for w in at.warning)
 
@@ -85,7 +98,7 @@ def test_the_pca_grid_draws_the_input_images_above_the_maps_of_the_input_and_blo
     at.toggle(key="inside-all").set_value(True).run()
     at.multiselect(key="inside-probes").set_value(["pca"]).run()
     at.slider(key="inside-inputs").set_value(8).run()
-    at.button(key="inside-run-probes").click().run()
+    probe(at)
     assert not at.exception
     grid = next(s for s in (json.loads(c.proto.spec) for c in at.get("plotly_chart"))
                 if "PCA feature maps" in s["layout"]["title"]["text"])
@@ -98,3 +111,48 @@ def test_the_pca_grid_draws_the_input_images_above_the_maps_of_the_input_and_blo
         z = plotly_array(grid["data"][c]["z"]).reshape(expected[c].shape)
         assert np.array_equal(z, np.round(expected[c] * 255))
     assert plotly_array(grid["data"][cols]["z"]).size < z.size  # a map has one pixel per 4 x 4 patch
+
+
+def test_a_run_trained_on_a_gpu_is_probed_here_on_cpu(open_page, explorer_home):
+    """The store a GPU machine wrote (tests/data/cuda_store: train.device=cuda, CUDA tensors in its checkpoint)
+    opens on Inside, and its probes run on this server's CPU with the trained weights."""
+    shutil.copytree(Path(__file__).parent / "data" / "cuda_store", explorer_home, dirs_exist_ok=True)
+    store = explorer.RunStore()
+    [record] = store.list()
+    model, data = explorer.build(store.spec(record["id"]), device="cpu")
+    model.load_state_dict(store.load_checkpoint(record["id"])["model"])
+    expected = explorer.probe(model.eval(), data.x_val[:4], "coefficients")
+    at = open_page("inside")
+    at.toggle(key="inside-all").set_value(True).run()
+    at.multiselect(key="inside-probes").set_value(["coefficients", "norms"]).run()
+    at.slider(key="inside-inputs").set_value(4).run()
+    probe(at)
+    assert not at.exception and not [w.value for w in at.warning]
+    shown = at.session_state["inside-results"]
+    assert set(shown["results"]) == {"coefficients", "norms"} and shown["step"] == record["steps_done"]
+    for key, value in expected.items():  # the trained coefficients, as this process computes them
+        if np.asarray(value).dtype.kind == "f":
+            np.testing.assert_allclose(shown["results"]["coefficients"][key], value, rtol=1e-6)
+        else:
+            np.testing.assert_array_equal(shown["results"]["coefficients"][key], value)
+
+
+def test_a_run_whose_data_is_gone_opens_and_says_why_it_cannot_be_probed(open_page, explorer_home):
+    """A run trained on a text file in this server's data folder, deleted since: its record and experiment
+    show; Probe says, in one line, which field stops it on this server, and queues nothing."""
+    (explorer_home / "data").mkdir(exist_ok=True)
+    corpus = explorer_home / "data" / "corpus.txt"
+    corpus.write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    spec = explorer.preset("dca-table7-transformer").with_values(
+        {"data.name": "text", "data.path": str(corpus), "train.steps": 2, "train.log_every": 1,
+         "model.depth": 2, "model.width": 16})
+    stored_run(spec)
+    corpus.unlink()
+    at = open_page("inside")
+    at.toggle(key="inside-all").set_value(True).run()
+    assert not at.exception and str(corpus) in at.expander[0].code[0].value  # its experiment, as stored
+    at.multiselect(key="inside-probes").set_value(["norms"]).run()
+    at.button(key="inside-run-probes").click().run()
+    [warning] = [w.value.replace("\\", "") for w in at.warning if "Not probed here" in w.value]  # (unescaped)
+    assert "data.path" in warning and "does not exist" in warning and "\n" not in warning
+    assert "inside-job" not in at.session_state

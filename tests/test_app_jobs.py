@@ -368,14 +368,12 @@ def test_the_running_jobs_share_the_cores_and_rebalance(worker_pool):
     assert jobs.wait(first).status == "stopped"
 
 
-def test_jobs_run_on_a_local_ray_with_the_same_protocol(monkeypatch):
-    """RAY_ADDRESS set: the server's jobs go to Ray actors (here a private local Ray): they train, record,
-    pause, step and stop like local workers, and an actor killed mid-run is an error, then replaced."""
-    ray = pytest.importorskip("ray")
+def test_jobs_run_on_a_local_ray_with_the_same_protocol(monkeypatch, local_ray):
+    """RAY_ADDRESS set: the server's jobs go to Ray actors (here the tests' private local Ray): they train,
+    record, pause, step and stop like local workers, and an actor killed mid-run is an error, then replaced."""
     monkeypatch.setenv("RAY_ADDRESS", "local")
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     assert workers.default_backend() == "ray"  # what the app's pool uses when RAY_ADDRESS is set
-    pool = workers.WorkerPool(1, backend="ray")  # its first worker starts the private Ray RAY_ADDRESS names
+    pool = workers.WorkerPool(1, backend="ray")
     try:
         queue = jobs.JobQueue(1, store=explorer.RunStore(), pool=pool)
         view = jobs.wait(queue.submit(SPEC, "on ray", probes={"coefficients": {}}, probe_every=10), timeout=600)
@@ -401,4 +399,3 @@ def test_jobs_run_on_a_local_ray_with_the_same_protocol(monkeypatch):
         assert jobs.wait(queue.submit(SPEC, "after", record=False), timeout=600).status == "finished"
     finally:
         pool.close()
-        ray.shutdown()

@@ -226,3 +226,26 @@ def test_constant_logits_warn_instead_of_failing(page):
     assert not page.exception
     assert any("Δ = 0" in w.value and "α" in w.value and "β" in w.value for w in page.warning)
     assert not any(c.proto.id.endswith("chart-theory-skip-softmax") for c in page.get("plotly_chart"))
+
+
+def test_grn_v2_and_v3_curves_that_nearly_coincide_both_show(page):
+    """G2 and G3 (and thresholds (4.2) and (4.3)) nearly coincide: the v3 curve is dashed over a wider v2 curve,
+    and a caption gives their largest difference as explorer.theory computes it."""
+    d, kappa = page.slider(key="theory-dca-d").value, page.slider(key="theory-dca-kappa").value
+    lambda_max = page.slider(key="theory-dca-lmax").value
+    captions = [c.value for c in page.caption]
+    for key, v2, v3 in (("theory-dca-gains", "G2 (GRN-v2)", "G3 (GRN-v3)"),
+                        ("theory-dca-thresholds", "(4.2) GRN-v2", "(4.3) GRN-v3")):
+        traces = {t["name"]: t for t in chart(page, key)["data"]}
+        assert traces[v3]["line"]["dash"] == "dash" and "dash" not in traces[v2]["line"]
+        assert traces[v2]["line"]["width"] > traces[v3]["line"]["width"]
+        curves = lines(chart(page, key))
+        x = curves[v2][0]
+        if key == "theory-dca-gains":
+            expected = theory.gain_lower_bounds(d, x, kappa * lambda_max, lambda_max)
+            gap = np.abs(expected.g2 - expected.g3)
+        else:
+            expected = theory.rank_thresholds(d, x)
+            gap = np.abs(expected.grn_v2 - expected.grn_v3)
+        assert 0 < gap.max() < 0.05 * np.abs(curves[v2][1]).max()  # close enough to hide one under the other
+        assert any(f"{v2} (wide) and {v3} (dashed over it) differ by at most {gap.max():.3g}" in c for c in captions)

@@ -85,6 +85,20 @@ def test_a_preset_link_loads_the_preset(open_page):
     at = open_page("train", query={"preset": "ancre-fig2c-ancre"})
     assert spec_of(at).to_dict() == explorer.preset("ancre-fig2c-ancre").to_dict()
     assert at.selectbox(key="spec:topology.name").value == "ancre"
+    assert any("Started from the preset ancre-fig2c-ancre." in plain(c.value) for c in at.caption)
+
+
+def test_a_preset_link_applies_the_fields_it_also_names(open_page):
+    """?preset=NAME&field=value&...: the preset, with those fields changed (none is dropped)."""
+    query = {"preset": "ancre-fig2c-ancre", "train.steps": "321", "topology.temperature": "0.5", "train.seed": "4"}
+    at = open_page("train", query=query)
+    assert not at.exception and not at.error
+    expected = explorer.preset("ancre-fig2c-ancre").with_values(
+        {"train.steps": 321, "topology.temperature": 0.5, "train.seed": 4})
+    assert spec_of(at).to_dict() == expected.to_dict() != explorer.preset("ancre-fig2c-ancre").to_dict()
+    assert any("Started from the preset ancre-fig2c-ancre, then edited." in plain(c.value) for c in at.caption)
+    bad = open_page("train", query={"preset": "ancre-fig2c-ancre", "train.steps": "-3"})
+    assert any("train.steps" in plain(e.value) for e in bad.error)  # a bad field is named, not dropped
 
 
 def test_an_invalid_link_says_so_and_keeps_a_valid_form(open_page):
@@ -207,3 +221,37 @@ def test_app_starts_from_a_relative_script_path(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert "EXCEPTIONS 0" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_a_diverging_tau_run_shows_the_papers_diagnosis(open_page):
+    spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"model.depth": 30, "train.steps": 20})
+    at = open_page("train", query=query_of(spec))
+    view = train_until_done(at)
+    assert view.status == "diverged" and not at.exception
+    diagnosis = explorer.diagnose(spec)
+    growth = diagnosis.quantity("stream growth ||h_n|| / ||h_0|| at init")
+    warning = plain(next(w.value for w in at.warning if "Diverged at step" in w.value))
+    assert "Theorem 4" in warning and "Sec. 3.3" in warning and "tau paper" in warning
+    assert growth.measured in warning and "1/sqrt(L) = 0.18" in warning
+    expander = next(e for e in at.expander if e.label == "Diagnosis")
+    table = expander.dataframe[0].value
+    row = table[table["quantity"] == growth.name].iloc[0]
+    assert row["measured"] == growth.measured and "Theorems 1 and 4" in row["paper"]
+    cached = at.session_state["train-diagnosis"]
+    at.run()  # a rerun reuses the diagnosis computed when the run ended
+    assert at.session_state["train-diagnosis"] is cached
+
+
+def test_the_step_button_says_it_trains_one_logging_interval(open_page):
+    """Pause and Step act at logged steps: the Step button's label and help give the interval (train.log_every
+    optimiser steps) of the form's set-up, and of the run once one trains."""
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values({**FAST, "train.log_every": 7})
+    at = open_page("train", query=query_of(spec))
+    step = at.button(key="train-step")
+    assert step.label == "Step +7" and step.disabled
+    assert "7 optimiser step" in step.help and "logging interval" in step.help
+    view = train_until_done(at)
+    assert view.status == "finished" and not at.exception
+    assert at.button(key="train-step").label == "Step +7"
+    logged = [row["step"] for row in view.history]
+    assert set(b - a for a, b in zip(logged[:-2], logged[1:-1])) == {7}  # what Step advances while paused

@@ -38,12 +38,13 @@ def test_the_cli_refuses_in_one_line(capsys, changes):
 
 def test_the_cli_flag_sets_the_cap(capsys, monkeypatch):
     monkeypatch.setenv("EXPLORER_MAX_DATA_MB", "512")  # the flag sets it for the process: undone after the test
-    code = main(["train", "--preset", "tau-fig1-1/L", "--set", "train.steps=2", "--set", "train.log_every=1",
-                 "--max-data-mb", "1", "--no-record", "--quiet"])
+    short = ["--preset", "tau-fig1-1/L", "--set", "train.steps=2", "--set", "train.log_every=1", "--no-record",
+             "--quiet"]
+    code = main(["train", *short, "--set", "data.name=mnist1d", "--set", "data.num_samples=20000",
+                 "--max-data-mb", "1"])
     _, err = capsys.readouterr()
     assert code == 2 and "data." in err and "limit of 1 MB" in err
-    code = main(["train", "--preset", "tau-fig1-1/L", "--set", "train.steps=2", "--set", "train.log_every=1",
-                 "--max-data-mb", "10", "--no-record", "--quiet"])
+    code = main(["train", *short, "--max-data-mb", "10"])
     capsys.readouterr()
     assert code == 0
 
@@ -64,3 +65,17 @@ def test_a_misset_variable_is_a_spec_error(monkeypatch):
     monkeypatch.setenv("EXPLORER_MAX_DATA_MB", "lots")
     with pytest.raises(explorer.SpecError, match="EXPLORER_MAX_DATA_MB"):
         budget.check(explorer.ExperimentSpec.default())
+
+
+def test_a_full_batch_optimizer_counts_the_whole_training_set():
+    spec = explorer.ExperimentSpec.default().with_values(
+        {"data.name": "text", "model.name": "gpt", "optim.name": "gd", "train.steps": 1, "train.log_every": 1,
+         "train.batch_size": 1})
+    rss = psutil.Process().memory_info().rss
+    with pytest.raises(explorer.SpecError) as refused:
+        explorer.build(spec)
+    assert psutil.Process().memory_info().rss - rss < 200e6
+    assert refused.value.path == "optim.name"
+    for fix in ("whole training set", "data.max_chars", "optim.name=sgd", "model.width", "EXPLORER_MAX_MODEL_MB"):
+        assert fix in refused.value.message
+    budget.check(spec.with_values({"optim.name": "sgd"}))  # one window per step fits

@@ -176,15 +176,11 @@ def test_the_summary_line_gives_each_quantity_over_the_seeds():
 RAY_PAPER, RAY_CLAIMS = "ancre", ["shortcut-02-exponential", "ancre-finds-fast-rate"]  # cheap to run twice
 
 
-def test_one_papers_claims_on_a_local_ray_give_the_rows_they_give_here(one_thread):
-    ray = pytest.importorskip("ray")
+def test_one_papers_claims_on_a_local_ray_give_the_rows_they_give_here(one_thread, local_ray):
     ids = RAY_CLAIMS
     here = run_claims(RAY_PAPER, fast=True, ids=ids)
     clear_cache()
-    try:
-        there = run_claims(RAY_PAPER, fast=True, ids=ids, workers=2, backend="ray")
-    finally:
-        ray.shutdown()
+    there = run_claims(RAY_PAPER, fast=True, ids=ids, workers=2, backend="ray")
     assert [r["id"] for r in there] == ids
     for a, b in zip(here, there):
         assert (a["verdict"], a["per_seed"]) == (b["verdict"], b["per_seed"]), a["id"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -271,3 +272,56 @@ def test_train_records_the_run_in_the_store_unless_told_not_to(capsys):
     code, out, _ = run_cli(capsys, "runs", "list", "--json")
     assert [r["id"] for r in json.loads(out)] == [run_id]
     assert_clean_error(*run_cli(capsys, "runs", "resume", run_id), "finished")
+
+
+# ---- failures: memory, a closed pipe ---------------------------------------------------
+
+
+FULL_BATCH_TEXT = {"data.name": "text", "data.max_chars": 200_000, "model.name": "gpt", "model.width": 16,
+                   "model.depth": 1, "optim.name": "gd", "train.steps": 1, "train.log_every": 1, "train.batch_size": 1}
+
+
+def test_full_batch_training_is_refused_before_a_run_is_recorded(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_MAX_MODEL_MB", "2048")  # restored after the test: --max-model-mb sets it
+    spec = tmp_path / "spec.json"
+    spec.write_text(ExperimentSpec.default().with_values(FULL_BATCH_TEXT).to_json())
+    code, out, err = run_cli(capsys, "train", "--spec", str(spec), "--max-model-mb", "100")
+    assert_clean_error(code, out, err, "optim.name", "whole training set", "data.max_chars", "optim.name=sgd")
+    assert err.count("\n") == 1
+    assert run_cli(capsys, "runs", "list", "--json")[1].strip() == "[]"
+
+
+OUT_OF_MEMORY = """
+import resource, sys
+from explorer.cli import main
+# address space for what is loaded now and 300 MB more: the run below asks for more than that
+used = int(open("/proc/self/statm").read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (used + 300_000_000, resource.RLIM_INFINITY))
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_running_out_of_memory_ends_the_run_as_error_in_one_line():
+    changes = {"data.name": "identity", "data.dim": 64, "data.n_train": 20_000, "data.n_val": 64,  # data: 10 MB
+               "model.name": "mlp", "model.width": 1024, "model.depth": 4, "optim.name": "gd",  # weights: 70 MB
+               "train.steps": 1, "train.log_every": 1}
+    sets = [f"--set={key}={value}" for key, value in changes.items()]
+    done = subprocess.run([sys.executable, "-c", OUT_OF_MEMORY, "train", "--preset", PRESET, *sets, "--quiet",
+                           "--max-model-mb", "100000", "--max-data-mb", "100000"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "out of memory" in done.stderr and "model.width" in done.stderr
+    (run,) = explorer.RunStore().list()
+    assert run["status"] == "error" and "out of memory" in run["final"]["error"]
+
+
+@pytest.mark.parametrize("argv", [["list", "models"], ["runs", "list"]])
+def test_a_reader_that_stops_early_gets_no_traceback(argv):
+    """`explorer runs list | head -5`: the reader closes the pipe before the listing is written."""
+    child = subprocess.Popen([sys.executable, "-m", "explorer.cli", *argv], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    child.stdout.close()  # before the child has imported anything, let alone printed
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=120) in (0, 141), err
+    assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err, err

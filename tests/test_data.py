@@ -314,3 +314,28 @@ def test_no_dataset_touches_the_network(no_network):
         data = build_dataset(data_section(name))
         assert data.n_train > 0
 
+
+
+def test_a_stored_spec_reading_outside_the_allowed_folders_opens_but_does_not_run(tmp_path):
+    """On a server that reads dataset files only from its own folders, a run recorded on a text file elsewhere
+    still opens (form only); whether it can run here is the one-line data.path refusal, before anything is read."""
+    from explorer.data.files import restrict_reads
+
+    text = tmp_path / "elsewhere" / "corpus.txt"
+    text.parent.mkdir()
+    text.write_text("some text to model, repeated. " * 40)
+    raw = {"data": {"name": "text", "path": str(text), "context": 8}, "model": {"name": "gpt", "depth": 1, "width": 16}}
+    ExperimentSpec.from_dict(raw).check_runnable()  # readable while reads are not restricted
+    (tmp_path / "served").mkdir()
+    restrict_reads([tmp_path / "served"])
+    try:
+        with pytest.raises(SpecError) as new:
+            ExperimentSpec.from_dict(raw)
+        assert new.value.path == "data.path"
+        stored = ExperimentSpec.from_dict(raw, runnable=False)
+        with pytest.raises(SpecError) as refused:
+            stored.check_runnable(device="cpu")
+        assert refused.value.path == "data.path" and "EXPLORER_DATA_DIR" in refused.value.message
+        assert "\n" not in str(refused.value)
+    finally:
+        restrict_reads(None)

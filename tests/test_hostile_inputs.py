@@ -121,7 +121,8 @@ def test_cli_on_a_damaged_database_is_one_line(capsys, recorded, how):
         code, out, err = cli(capsys, *argv)
         if code == 0 and how == "truncated":  # SQLite may still read a truncated file's first pages
             continue
-        assert_one_line_error(code, out, err, str(store.db_path), "move it aside")
+        assert_one_line_error(code, out, err, "EXPLORER_HOME", "move it aside")
+        assert str(store.root) not in err  # the setting's name, not the server's path
 
 
 def _corrupt_checkpoints(path, run_spec):
@@ -145,12 +146,14 @@ def test_cli_resume_on_corrupt_checkpoints_is_one_line(capsys, recorded):
     for kind, data in kinds:
         path.write_bytes(data)
         code, out, err = cli(capsys, "runs", "resume", run_id[:8])
-        assert_one_line_error(code, out, err, str(path), "move it")
+        assert_one_line_error(code, out, err, "EXPLORER_HOME", f"explorer runs delete {run_id[:12]}",
+                              "move that file aside")
+        assert str(store.root) not in err
         assert "weights_only=False" not in err, kind
     assert len(kinds) >= 5
 
 
-# ---- the store fails loudly (item 7) -----------------------------------------------------------------------
+# ---- the store fails loudly -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("state", ["empty", "missing"])
 def test_an_empty_or_missing_database_beside_checkpoints_is_reported_not_recreated(capsys, recorded, state):
@@ -162,7 +165,7 @@ def test_an_empty_or_missing_database_beside_checkpoints_is_reported_not_recreat
         store.db_path.write_bytes(b"")
     with pytest.raises(explorer.runs.StoreError, match="checkpoint"):
         RunStore(store.root)
-    assert_one_line_error(*cli(capsys, "runs", "list"), str(store.db_path), "restore runs.sqlite")
+    assert_one_line_error(*cli(capsys, "runs", "list"), "EXPLORER_HOME", "restore runs.sqlite")
     assert (store.db_path.exists() and store.db_path.stat().st_size == 0) if state == "empty" else not store.db_path.exists()
     code, out, err = cli(capsys, "runs", "check")
     assert code == 1 and "problem" in out and "restore runs.sqlite" in out and "Traceback" not in out + err

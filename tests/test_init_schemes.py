@@ -413,3 +413,47 @@ def test_dead_weights_zero_vs_idiz(last):
     else:
         assert dead == 0, f"IDIZ W2: {dead} of {w1.numel()} W1 entries got exactly zero gradient (expected 0)"
         assert w1.grad.abs().max() < 1e-4, "the gradient through IDIZ is O(eps)"
+
+
+# ----------------------------------------------------------------------------- parameter range ends
+
+
+def _range_ends():
+    """(scheme, parameter, value) for every numeric parameter of every registered scheme, at both range ends."""
+    import explorer
+
+    return [(name, p.name, end) for name, entry in explorer.registry("inits").items() for p in entry.params
+            if p.kind in ("int", "float", "rule") for end in (p.low, p.high) if end is not None]
+
+
+def _model_for(scheme: str) -> dict:
+    """A small model the scheme applies to (its own check refuses the others)."""
+    import explorer
+
+    spec = explorer.ExperimentSpec.default()
+    for changes in ({"model.depth": 2, "model.width": 16},
+                    {"model.name": "gpt", "model.depth": 1, "model.width": 16, "data.name": "text",
+                     "data.max_chars": 4000, "data.context": 8},
+                    {"model.name": "resnet-cifar", "model.depth": 8, "model.width": 4, "data.name": "digits-images"}):
+        try:
+            spec.with_values({**changes, "init.name": scheme})
+            return changes
+        except explorer.SpecError:
+            continue
+    raise AssertionError(f"no small model takes init {scheme}")
+
+
+@pytest.mark.parametrize("scheme, name, value", _range_ends())
+def test_every_value_a_spec_accepts_initialises(scheme, name, value):
+    """A value inside a parameter's declared range either builds a model with finite weights or is refused at
+    spec validation by a SpecError naming that parameter: never an error from inside the scheme."""
+    import explorer
+
+    changes = {**_model_for(scheme), "init.name": scheme, f"init.{name}": value}
+    try:
+        spec = explorer.ExperimentSpec.default().with_values(changes)
+    except explorer.SpecError as refused:
+        assert refused.path == f"init.{name}" and "use a value in" in refused.message, refused
+        return
+    model, _ = explorer.build(spec)
+    assert all(torch.isfinite(p).all() for p in model.parameters())

@@ -35,7 +35,7 @@ class FinishedJob:
     id = "test-job"
 
     def __init__(self, run):
-        self.run = run
+        self.run, self.spec = run, run.spec
 
     def view(self, since: int = 0) -> jobs.JobView:
         latest = {row["name"]: row["result"] for row in self.run.probe_history}

@@ -1,12 +1,13 @@
 """The static site of the executed notebooks keeps every figure (notebooks/build_site.py, fast mode).
 
-Builds the quickstart's and IDInit's pages. Checks that each figure of the executed quickstart is in the
+Writes every page from the notebooks the notebook tests executed. Checks that each figure of the executed quickstart is in the
 HTML (its div and the script that draws it) with plotly.js inlined once, that a cell's interactive outputs
 became one note, and, in Chromium with no network (skipped without it except in CI), that every figure is
 drawn with its title, every equation is typeset (MathJax from the site's folder) and nothing is requested
 from the network.
 """
 
+import html
 import importlib.util
 import json
 import os
@@ -30,9 +31,13 @@ PLOTLY_JS_BANNER = "plotly.js v"  # the licence banner at the top of the plotly.
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def site(tmp_path_factory, executed_notebooks):
+    """The site of every notebook, written from the notebooks the notebook tests executed (fast mode)."""
+    failed = [name for name, notebook in executed_notebooks.items() if isinstance(notebook, BaseException)]
+    if failed:
+        pytest.fail(f"{', '.join(failed)} did not run (tests/test_notebooks.py says why)")
     outdir = tmp_path_factory.mktemp("site")
-    build_site.build_site(outdir, PAGES, fast=True)
+    build_site.write_site(outdir, executed_notebooks, "fast mode (EXPLORER_FAST=1)")
     return outdir
 
 
@@ -67,6 +72,16 @@ def test_every_figure_of_the_quickstart_is_in_its_page(site):
     assert (site / build_site.MATHJAX_URL.split("?")[0]).is_file()
     assert "unpkg.com" not in page  # the widgets' viewer: their saved state is left out
     assert (site / "index.html").read_text().count("00_quickstart.html") == 1
+
+
+def test_the_index_says_what_each_notebook_teaches(site, executed_notebooks):
+    """Each notebook has one entry: a link to its page, its title and its opening paragraph (a reader picks a
+    lesson from the index, not from a file name)."""
+    index = (site / "index.html").read_text(encoding="utf-8")
+    for name, notebook in executed_notebooks.items():
+        title, paragraph = build_site.describe(notebook)
+        assert index.count(f"href='{name}.html'") == 1 and title and len(paragraph.split()) >= 10, name
+        assert html.escape(title) in index and html.escape(paragraph) in index, name
 
 
 def test_the_page_draws_every_figure_offline_in_chromium(site, tmp_path):

@@ -572,3 +572,52 @@ def test_a_declared_figure_is_what_probe_figures_draws(monkeypatch):
     [fig] = plots.probe_figures("from-a-test", {"x": [1.0, 2.0]}, "run b")
     assert fig.layout.title.text == "run b: x by block"
     np.testing.assert_allclose(plotly_array(fig.to_dict()["data"][0]["y"]), [1.0, 2.0])
+
+
+def test_a_divergence_label_stays_inside_the_plot():
+    """The label "diverged at step N" opens away from the nearer edge of the x range: a run that diverged at its
+    last logged step (the right edge) is labelled to the left of its marker, an early divergence in a longer
+    comparison to the right; the label is never clipped by the axes."""
+    last = {**_run("tau", [255.6, 255.9], status="diverged", diverged_at=3, every=1), "diverged_loss": 1.8e8}
+    for log_x in (True, False):
+        alone = plots.loss_curves([last], log_x=log_x)
+        marker = next(t for t in alone.data if t.name == "tau: diverged")
+        assert marker.textposition == "bottom left" and marker.cliponaxis is False
+    beside = plots.loss_curves([_run("long", [2.0] * 50), last], log_x=False)
+    marker = next(t for t in beside.data if t.name == "tau: diverged")
+    assert marker.textposition == "bottom right" and marker.cliponaxis is False
+
+
+def test_the_numerical_zeros_note_sits_inside_the_figure_off_the_floor():
+    """The note is placed in the plot's own (paper) coordinates, in its top corner, not on the floor where the
+    numerical zeros' markers are, and is short enough per line to fit a narrow column."""
+    sv = np.array([3.0, 1.0, 0.2, 1e-21, 1e-54])
+    fig = plots.spectra({"W": sv}, "spectrum").to_dict()
+    [note] = [a for a in fig["layout"]["annotations"] if "numerical zero" in a["text"]]
+    assert note["xref"] == "paper" and note["yref"] == "paper"
+    assert 0.0 <= note["x"] <= 1.0 and 0.5 <= note["y"] <= 1.0
+    assert note["xanchor"] == "right" and note["yanchor"] == "top"
+    assert max(len(line) for line in note["text"].split("<br>")) <= 70
+
+
+def test_training_progress_shows_each_logged_step_in_the_widget_output():
+    """The notebook widgets' progress: the Output shows a bar, the step and the loss at every logged step of a
+    real run, replacing what it showed before, and the last text reaches the run's final step."""
+
+    class Output:  # what show_in writes to: an ipywidgets.Output's `outputs`
+        outputs = ({"output_type": "display_data", "data": {"text/plain": "the previous figure"}},)
+
+    out, seen = Output(), []
+    callback = plots.training_progress(out, "tiny", 12)
+    assert "the previous figure" not in str(out.outputs)  # replaced as soon as the run is set up
+
+    def record(event):
+        callback(event)
+        seen.append(out.outputs[0]["text"])
+
+    spec = explorer.preset("idinit-fig5-idiz").with_values({"train.steps": 12, "train.log_every": 4})
+    run = explorer.train(spec, callbacks=[record])
+    logged = [row["step"] for row in run.history]
+    for step, row in zip(logged, run.history):
+        assert any(f"step {step} of 12, loss {row['loss']:.4g}" in text for text in seen), (step, seen)
+    assert f"[{'#' * plots.PROGRESS_WIDTH}] step 12 of 12" in seen[-1] and "done" in seen[-1]

@@ -7,6 +7,7 @@ import csv
 import json
 import multiprocessing
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -687,3 +688,234 @@ def test_runs_check_suggests_resume_only_with_a_checkpoint(store, capsys, checkp
     assert ("explorer runs resume" in line) == checkpointed
     if not checkpointed:
         assert "no checkpoint" in line and f"explorer runs delete {recorder.run_id[:12]}" in line
+
+
+# ---- a stored run opens here even when it cannot run here -----------------------------------------------
+
+def stopped_at_10(event):
+    if event.kind == "log" and event.step == 10:
+        raise explorer.StopTraining
+
+
+def record_elsewhere(store, spec_dict, run, status):
+    """Record `run` (trained here, on CPU) under `spec_dict`, row by row through the public API, as a run trained
+    on another machine leaves it: StoreRecorder would refuse a spec this machine cannot train."""
+    run_id = store.create(spec_dict, label="elsewhere", status="running", environment=runs.environment("cuda:0"))
+    store.append_history(run_id, run.history)
+    store.save_checkpoint(run_id, run.checkpoint())
+    store.set_status(run_id, status, steps_done=run.steps_done, wall_time=run.wall_time, final=run.final)
+    return run_id
+
+
+def as_if_saved_on_cuda(path):
+    """Rewrite a checkpoint file so each tensor's storage is tagged "cuda:0", byte for byte what torch.save writes
+    for tensors on a GPU: the data.pkl pickle names every storage's location, and that name is what torch.load
+    restores to unless map_location says otherwise. (Moving tensors to "meta" before saving is not the same: a
+    meta tensor has no data.) Returns how many location tags were rewritten."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        entries = [(info, archive.read(info.filename)) for info in archive.infolist()]
+    cpu, cuda = b"X\x03\x00\x00\x00cpu", b"X\x06\x00\x00\x00cuda:0"  # pickle protocol 2 BINUNICODE strings
+    tags = sum(data.count(cpu) for info, data in entries if info.filename.endswith("/data.pkl"))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as archive:
+        for info, data in entries:
+            archive.writestr(info, data.replace(cpu, cuda) if info.filename.endswith("/data.pkl") else data)
+    Path(path).write_bytes(out.getvalue())
+    return tags
+
+
+def tensors_of(state):
+    if isinstance(state, torch.Tensor):
+        yield state
+    elif isinstance(state, dict):
+        for value in state.values():
+            yield from tensors_of(value)
+    elif isinstance(state, (list, tuple)):
+        for value in state:
+            yield from tensors_of(value)
+
+
+def one_line_spec_error(error, field):
+    assert isinstance(error, explorer.SpecError) and error.path == field, error
+    assert "\n" not in str(error) and "Traceback" not in str(error)
+
+
+def test_a_run_trained_on_cuda_lists_shows_exports_and_is_probed_on_cpu(store, tmp_path, capsys):
+    """A run whose stored spec says train.device=cuda, with a checkpoint whose tensors are tagged for CUDA: its
+    record lists, shows and exports; its spec opens (form only) and rebuilds with device="cpu"; the checkpoint
+    maps to the CPU, and the rebuilt model computes what the trained one did."""
+    run = explorer.train(tiny_spec().with_values({"train.device": "cpu"}), callbacks=[stopped_at_10])
+    spec_dict = run.spec.to_dict()
+    spec_dict["train"]["device"] = "cuda"
+    run_id = record_elsewhere(store, spec_dict, run, "finished")
+    path = store.checkpoint_path(run_id)
+    assert as_if_saved_on_cuda(path) >= 1
+    if not torch.cuda.is_available():  # the file really asks for a GPU: without map_location it does not load here
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(path, weights_only=True)
+
+    listing = store.list()
+    assert [r["id"] for r in listing] == [run_id] and listing.notice() is None
+    assert main(["runs", "show", run_id[:8]]) == 0
+    assert run_id in capsys.readouterr().out
+    exported = json.loads(store.export(run_id, tmp_path / "run.json").read_text())
+    assert exported["spec"]["train"]["device"] == "cuda" and exported["history"] == run.history
+    assert main(["runs", "export", run_id[:8], str(tmp_path / "run.csv")]) == 0
+
+    spec = store.spec(run_id)
+    assert spec.to_dict() == spec_dict and spec.train.device == "cuda"
+    if not torch.cuda.is_available():
+        with pytest.raises(explorer.SpecError) as refused:
+            spec.check_runnable()
+        one_line_spec_error(refused.value, "train.device")
+    spec.check_runnable(device="cpu")
+    state = store.load_checkpoint(run_id)
+    assert {t.device.type for t in tensors_of(state)} == {"cpu"}
+    model, data = explorer.build(spec, device="cpu")
+    x = data.x_val[:8]
+    with torch.no_grad():
+        fresh = model(x)
+        model.load_state_dict(state["model"])
+        expected = run.model.eval()(x)
+        assert not torch.allclose(fresh, expected)  # trained weights differ from fresh ones: the test can fail
+        torch.testing.assert_close(model.eval()(x), expected)
+    norms = explorer.probe(model, x, "norms")
+    assert norms and all(np.isfinite(np.asarray(v, dtype=float)).all() for v in norms.values()
+                         if np.asarray(v).dtype.kind in "fiu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: a cuda run resumes here")
+def test_resuming_a_cuda_run_on_a_cpu_machine_is_one_line(store, capsys):
+    """Resume refuses a run stored with train.device=cuda before it trains, naming the field and the fix, and
+    leaves the run as it was; the same run stored with train.device=cpu resumes."""
+    run = explorer.train(tiny_spec(), callbacks=[stopped_at_10])
+    assert run.status == "stopped" and "optimizer" in run.checkpoint()
+    on_cuda = run.spec.to_dict()
+    on_cuda["train"]["device"] = "cuda"
+    cuda_id = record_elsewhere(store, on_cuda, run, "stopped")
+    with pytest.raises(explorer.SpecError) as refused:
+        explorer.resume(cuda_id, store)
+    one_line_spec_error(refused.value, "train.device")
+    assert "cpu or auto" in refused.value.message and cuda_id[:8] in refused.value.message
+    record = store.get(cuda_id)
+    assert record["status"] == "stopped" and record["steps_done"] == 10 and record["history"] == run.history
+    assert runs.RunLock(store, cuda_id).held_elsewhere() is None
+    assert main(["runs", "resume", cuda_id[:8]]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith("error: train.device") and err.count("\n") == 1 and "Traceback" not in err
+
+    cpu_id = record_elsewhere(store, run.spec.to_dict(), run, "stopped")
+    resumed = explorer.resume(cpu_id, store)
+    assert resumed.status == "finished" and store.get(cpu_id)["steps_done"] == 20
+
+
+def test_a_run_on_a_data_file_since_deleted_opens_but_does_not_build(store, tmp_path, capsys):
+    """A run trained on a text file that is gone: its record lists, shows and exports, its spec opens, and
+    building it says data.path on one line."""
+    text = tmp_path / "corpus.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    spec = explorer.ExperimentSpec.from_dict({
+        "data": {"name": "text", "path": str(text), "context": 8, "n_val": 16},
+        "model": {"name": "gpt", "depth": 1, "width": 16, "heads": 2},
+        "topology": {"name": "none"}, "optim": {"name": "adam", "lr": 1e-3},
+        "train": {"steps": 4, "batch_size": 8, "log_every": 2, "device": "cpu"}})
+    recorder = StoreRecorder(store)
+    run = explorer.train(spec, callbacks=[recorder])
+    run_id = recorder.run_id
+    text.unlink()
+
+    assert [r["id"] for r in store.list()] == [run_id]
+    assert main(["runs", "show", run_id[:8]]) == 0
+    assert store.get(run_id)["history"] == run.history
+    assert json.loads(store.export(run_id, tmp_path / "run.json").read_text())["spec"] == spec.to_dict()
+    stored = store.spec(run_id)
+    assert stored == spec
+    for attempt in (lambda: stored.check_runnable(device="cpu"), lambda: explorer.build(stored, device="cpu")):
+        with pytest.raises(explorer.SpecError) as refused:
+            attempt()
+        one_line_spec_error(refused.value, "data.path")
+    assert store.load_checkpoint(run_id) is not None  # the weights are still there, for when the file is back
+
+
+def test_a_run_whose_model_is_no_longer_registered_opens_as_a_record(store, tmp_path, capsys):
+    """A run of a model registered when it trained and not now: its record lists, shows and exports; its spec
+    cannot be rebuilt, which is a one-line SpecError at model.name."""
+    import dataclasses
+
+    models = explorer.registry("models")
+    models.add(dataclasses.replace(models["linear"], name="retired-linear"))
+    try:
+        spec_dict = tiny_spec().to_dict()
+        spec_dict["model"]["name"] = "retired-linear"
+        recorder = StoreRecorder(store, checkpoint_every=10)
+        run = explorer.train(explorer.ExperimentSpec.from_dict(spec_dict), callbacks=[recorder])
+        assert store.spec(recorder.run_id).model.name == "retired-linear"  # opens while registered
+    finally:
+        models.unregister("retired-linear")
+    run_id = recorder.run_id
+
+    listing = store.list()
+    assert [r["id"] for r in listing] == [run_id] and listing.notice() is None
+    assert main(["runs", "show", run_id[:8]]) == 0
+    record = store.get(run_id)
+    assert record["history"] == run.history and record["spec"] == spec_dict
+    assert json.loads(store.export(run_id, tmp_path / "run.json").read_text())["spec"] == spec_dict
+    with pytest.raises(explorer.SpecError) as refused:
+        store.spec(run_id)
+    one_line_spec_error(refused.value, "model.name")
+    assert "retired-linear" in refused.value.message and "registered" in refused.value.message
+
+
+def test_store_messages_name_explorer_home_not_its_path(store, capsys):
+    """A damaged checkpoint, a damaged database and a missing database beside checkpoints: each message names
+    EXPLORER_HOME and the run, never the store's folder, and suggests no shell command."""
+    recorder = StoreRecorder(store)
+    explorer.train(tiny_spec(), callbacks=[recorder])
+    run_id = recorder.run_id
+    store.checkpoint_path(run_id).write_bytes(b"not a checkpoint")
+    messages = []
+    with pytest.raises(StoreError) as damaged:
+        store.load_checkpoint(run_id)
+    messages.append(str(damaged.value))
+    assert run_id[:12] in messages[-1] and f"explorer runs delete {run_id[:12]}" in messages[-1]
+    store.close()
+    for suffix in ("-wal", "-shm"):
+        store.db_path.with_name(store.db_path.name + suffix).unlink(missing_ok=True)
+    store.db_path.write_bytes(b"this is not a database " * 200)
+    with pytest.raises(StoreError) as unreadable:
+        RunStore()
+    messages.append(str(unreadable.value))
+    store.db_path.unlink()
+    with pytest.raises(StoreError) as missing:
+        RunStore()
+    messages.append(str(missing.value))
+    for message in messages:
+        assert "EXPLORER_HOME" in message and "\n" not in message, message
+        assert str(store.root) not in message and "mv " not in message, message
+
+
+CUDA_STORE = Path(__file__).parent / "data" / "cuda_store"  # benchmarks/gpu_check.py --store, on an NVIDIA H200
+
+
+def test_a_store_written_on_a_gpu_machine_opens_and_evaluates_on_cpu(tmp_path):
+    """A real store from a GPU machine (the ANCRe Fig. 2b preset trained 40 steps with train.device=cuda): it
+    lists, its checkpoint maps to the CPU, and the model rebuilt here gives the validation loss the GPU
+    recorded (float32 on two devices: equal to 1e-4 relative)."""
+    store = explorer.RunStore(shutil.copytree(CUDA_STORE, tmp_path / "home"))  # a copy: never mutate test data
+    [record] = store.list()
+    assert record["environment"]["device"].startswith("cuda") and record["status"] == "finished"
+    spec = store.spec(record["id"])
+    assert spec.train.device == "cuda"
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):  # the file asks for a GPU unless mapped
+            torch.load(store.checkpoint_path(record["id"]), weights_only=True)
+    model, data = explorer.build(spec, device="cpu")
+    untrained = explorer.evaluate(model, data)["val_loss"]
+    model.load_state_dict(store.load_checkpoint(record["id"])["model"])
+    recorded = store.get(record["id"], arrays=False)["final"]["val_loss"]
+    assert explorer.evaluate(model, data)["val_loss"] == pytest.approx(recorded, rel=1e-4)
+    assert untrained != pytest.approx(recorded, rel=1e-2)  # the weights decide it: the check can fail
+    assert set(explorer.probe(model, data.x_val[:8], "coefficients"))

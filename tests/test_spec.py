@@ -359,3 +359,78 @@ def test_values_are_finite_after_validation():
         for value in section.values():
             if isinstance(value, float):
                 assert math.isfinite(value)
+
+
+@pytest.mark.parametrize("text, path", [
+    ('{"model": {"name": "mlp", "width": ' + "1" * 4301 + "}}", "model.width"),
+    ('{"train": {"steps": -' + "9" * 6000 + "}}", "train.steps"),
+    ('{"topology": {"name": "tau", "value": [1, ' + "2" * 5000 + "]}}", "topology.value[1]"),
+])
+def test_a_number_past_pythons_digit_limit_names_its_field(text, path):
+    with pytest.raises(SpecError) as refused:
+        ExperimentSpec.from_json(text)
+    assert refused.value.path == path
+    assert "digits" in refused.value.message and "use a value in" in refused.value.message
+    assert "sys." not in str(refused.value) and "int_max_str_digits" not in str(refused.value)
+
+
+# ---- well-formed (a stored spec) vs runnable here ---------------------------------------------------------
+
+def _on_cuda(**train):
+    raw = ExperimentSpec.default().to_dict()
+    raw["train"].update(device="cuda", **train)
+    return raw
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: device 'cuda' runs here")
+def test_a_stored_cuda_spec_loads_and_says_what_stops_it_here():
+    raw = _on_cuda()
+    with pytest.raises(SpecError) as new:
+        ExperimentSpec.from_dict(raw)
+    assert new.value.path == "train.device"
+    stored = ExperimentSpec.from_dict(raw, runnable=False)
+    assert stored.to_dict() == raw
+    for device in (None, "cuda", "cuda:1", torch.device("cuda")):
+        with pytest.raises(SpecError) as refused:
+            stored.check_runnable(device)
+        assert refused.value.path == "train.device" and "\n" not in str(refused.value)
+        assert "cpu" in refused.value.message
+    for device in ("cpu", "auto", torch.device("cpu")):
+        stored.check_runnable(device)
+    assert stored.train.device == "cuda"  # asking about another device leaves the spec as stored
+    assert stored.with_values({"train.device": "cpu"}).train.device == "cpu"  # the fix, applied, is a new spec
+
+
+@pytest.mark.parametrize("train, path", [({"log_every": 500}, "train.log_every"), ({"steps": 0}, "train.steps"),
+                                         ({"stepz": 3}, "train.stepz")])
+def test_a_stored_spec_is_still_checked_for_form(train, path):
+    """Only what depends on this machine is left out: a cuda spec with a form error names the form error."""
+    with pytest.raises(SpecError) as refused:
+        ExperimentSpec.from_dict(_on_cuda(**train), runnable=False)
+    assert refused.value.path == path
+
+
+def test_a_stored_spec_on_a_missing_data_folder_loads_and_names_data_path(tmp_path):
+    raw = {"data": {"name": "mnist", "path": str(tmp_path / "gone")}, "model": {"name": "mlp", "depth": 2}}
+    with pytest.raises(SpecError) as new:
+        ExperimentSpec.from_dict(raw)
+    assert new.value.path == "data.path"
+    stored = ExperimentSpec.from_dict(raw, runnable=False)
+    assert stored.data.path == str(tmp_path / "gone")
+    with pytest.raises(SpecError) as refused:
+        stored.check_runnable(device="cpu")
+    assert refused.value.path == "data.path" and "\n" not in str(refused.value)
+
+
+def test_a_stored_spec_naming_an_unregistered_entry_is_one_line_at_its_name():
+    raw = {"model": {"name": "retired-model", "depth": 2}}
+    with pytest.raises(SpecError) as refused:
+        ExperimentSpec.from_dict(raw, runnable=False)
+    assert refused.value.path == "model.name" and "\n" not in str(refused.value)
+    assert "retired-model" in refused.value.message and "registered" in refused.value.message
+
+
+def test_check_runnable_refuses_a_device_a_spec_cannot_name():
+    with pytest.raises(SpecError) as refused:
+        ExperimentSpec.default().check_runnable("tpu")
+    assert refused.value.path == "device" and "auto, cpu, cuda" in refused.value.message

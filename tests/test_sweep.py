@@ -89,12 +89,8 @@ def test_ctrl_c_stops_the_pool_and_keeps_what_finished():
     assert not sweep_children()
 
 
-def test_ray_backend_runs_the_trials_on_a_local_ray():
-    ray = pytest.importorskip("ray")
-    try:
-        rows = sweeps.sweep(BASE, {"topology.shortcuts": ["0:1", "0:2"]}, backend="ray", workers=2, progress=False)
-    finally:
-        ray.shutdown()
+def test_ray_backend_runs_the_trials_on_a_local_ray(local_ray):
+    rows = sweeps.sweep(BASE, {"topology.shortcuts": ["0:1", "0:2"]}, backend="ray", workers=2, progress=False)
     assert [r["status"] for r in rows] == ["finished", "finished"]
     assert {r["id"] for r in RunStore().list()} == {r["run_id"] for r in rows}
 

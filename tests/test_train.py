@@ -215,3 +215,15 @@ def test_train_records_the_loss_it_diverged_at():
     first = run.history[0]["loss"]
     assert not math.isfinite(run.diverged_loss) or run.diverged_loss > run.spec.train.diverge_factor * first
     assert run.summary()["diverged_loss"] == (run.diverged_loss if math.isfinite(run.diverged_loss) else None)
+
+
+def test_an_optimizer_whose_statistics_break_ends_the_run_as_diverged():
+    """SOAP factorises its gradient statistics (eigh); once they hold non-finite values the update is undefined:
+    the run is diverged at the next step (its loss NaN), not a LinAlgError out of explorer.train."""
+    spec = explorer.ExperimentSpec.from_dict({
+        "data": {"name": "spirals", "n_train": 48, "n_val": 16}, "model": {"name": "mlp", "depth": 9, "width": 16},
+        "init": {"name": "normal", "std": 8.56}, "optim": {"name": "soap", "lr": 21.63, "precondition_frequency": 4},
+        "train": {"steps": 6, "batch_size": 16, "seed": 230, "log_every": 1}})
+    run = explorer.train(spec)
+    assert run.status == "diverged" and run.diverged_at is not None and run.diverged_at <= spec.train.steps
+    assert run.history[-1]["step"] == run.diverged_at

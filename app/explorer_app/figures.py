@@ -50,7 +50,7 @@ def table(rows: list[dict], key: str, progress_column: str | None = None, feed: 
     if not live_feed.served:
         config = {progress_column: st.column_config.ProgressColumn(progress_column, min_value=0, max_value=100,
                                                                    format="%.0f%%")} if progress_column else None
-        st.dataframe(rows, hide_index=True, key=f"table-{key}", column_config=config)
+        st.dataframe(rows, hide_index=True, key=f"table-{key}", column_config=config, placeholder="-")
         return
     _live_part()(data={"kind": "table", "table": live_table(rows, progress_column).to_data(),
                        "feed": feed.to_data() if feed else None},

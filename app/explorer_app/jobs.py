@@ -1,4 +1,4 @@
-"""Training jobs and paper claims, run in worker processes and shared by every browser session.
+"""Training jobs, paper claims and probes, run in worker processes and shared by every browser session.
 
 One `JobQueue` per server (the app keeps it in `st.cache_resource`) has `max_jobs` slots, the threads of a
 ThreadPoolExecutor: a job in a slot runs in a pre-started worker process (explorer_app.workers), so training
@@ -9,12 +9,15 @@ after the session ends (its tab closed), so an orphan does not hold a slot other
 every job for an operator, who may stop any.
 
 A `Job` is the server's copy of one job, one subclass per kind: a `TrainJob` (a run the worker records in
-the run store itself; Pause, Step and Stop act at its logged steps, `train.log_every`) and a `ClaimsJob`
-(paper claims one after another, each result reported as it comes). The queue and the pages treat them
+the run store itself; Pause, Step and Stop act at its logged steps, `train.log_every`), a `ClaimsJob`
+(paper claims one after another, each result reported as it comes) and a `ProbeJob` (the Inside page's probes
+of a trained model, one after another, each with a time limit; refused before it is queued when its memory
+estimate passes EXPLORER_MAX_MODEL_MB). The queue and the pages treat them
 alike: each says what its worker is to run and applies the worker's messages under its lock, and the page's
 live feed (explorer_app.live_feed), or without one a fragment that reruns a few times a second, reads
 `Job.view(since=n)` (only the rows after the n it has). The running jobs share the cores, rebalanced as
-jobs start and end.
+jobs start and end. After each job the worker lets its model and data go and gives the freed memory back to
+the system; one that still holds more than `worker_idle_mb` is replaced by a fresh one.
 """
 
 from __future__ import annotations
@@ -32,13 +35,13 @@ from typing import Any
 
 from explorer.runs import RunStore
 from explorer_app.messages import escape
-from explorer_app.workers import (ClaimResult, Failed, Finished, Free, Held, Logged, Note, Pause, Progress, Recorded,
-                                  Resume, RunClaims, RunTraining, SendSnapshot, Snapshot, Step, Stop, Threads,
-                                  UnknownMessage, UseThreads, WorkerDied, WorkerPool)
+from explorer_app.workers import (ClaimResult, Failed, Finished, Free, Held, Logged, Note, Pause, ProbeResult, Probing,
+                                  Progress, Recorded, Resume, RunClaims, RunProbes, RunTraining, SendSnapshot,
+                                  Snapshot, Step, Stop, Threads, UnknownMessage, UseThreads, WorkerDied, WorkerPool)
 
 ACTIVE = ("queued", "starting", "running", "paused")  # a job in one of these may still change
 SETTINGS = ("EXPLORER_MAX_DATA_MB", "EXPLORER_MAX_MODEL_MB", "EXPLORER_DATA_CACHE_MB", "EXPLORER_DATA_DIR",
-            "EXPLORER_HOME", "EXPLORER_FAST")  # the server's settings a worker takes with each job
+            "EXPLORER_HOME", "EXPLORER_FAST", "EXPLORER_WORKER_IDLE_MB")  # the server's settings a worker takes
 SLOT_THREAD = "explorer-job-slot"  # the name of the slots' threads (and a number)
 
 # When the interpreter exits, concurrent.futures joins the executors' threads (a hook it registers with
@@ -54,10 +57,10 @@ class JobView:
 
     id: str
     label: str
-    kind: str  # "train" or "claims"
+    kind: str  # "train", "claims" or "probe"
     status: str  # queued, starting (a slot, a worker being taken), running, paused, finished, diverged, stopped, cancelled, error
-    steps_done: int  # a claims job: claims done
-    total_steps: int  # a claims job: claims to run
+    steps_done: int  # a claims job: claims done; a probe job: probes done
+    total_steps: int  # a claims job: claims to run; a probe job: probes to run
     error: str | None
     queue_position: int | None  # 1 = next to start, while queued
     note: str | None = None  # e.g. a live probe left out because it does not apply to this model (markdown)
@@ -70,8 +73,10 @@ class JobView:
     diverged_at: int | None = None
     diverged_loss: float | None = None  # the loss it exploded to (plots draw the divergence marker there)
     run_id: str | None = None
-    results: dict = field(default_factory=dict)  # a claims job: (paper, claim id) -> the claim's row
-    current: str | None = None  # a claims job: the claim running now
+    results: dict = field(default_factory=dict)  # a claims job: (paper, claim id) -> the claim's row; a probe job:
+    # probe -> its result ({key: numpy array})
+    skipped: dict = field(default_factory=dict)  # a probe job: probe -> (field, reason) of one that does not apply
+    current: str | None = None  # a claims job: the claim running now; a probe job: the probe running now
     detail: str = ""  # a claims job: where that claim stands ("run 2 of 6, ~40 s left (all: ~3 min left)")
 
     @property
@@ -108,6 +113,7 @@ class Job:
         self._worker = None  # the worker process running it, while it runs
         self.worker_pid: int | None = None
         self.worker_threads: int | None = None  # intra-op threads the worker trains with now (it reports them)
+        self.worker_rss_mb: float | None = None  # the worker's resident memory once the job had ended (it reports it)
         self.threads = 1  # intra-op threads to train with (set by the queue, changed as other jobs start and end)
         self.done = threading.Event()
         self.ended_at = float("inf")  # time.monotonic() when it ended
@@ -222,6 +228,10 @@ class Job:
                     raise WorkerDied("the server stopped while the job ran")
                 if message is not None:
                     self.apply(message)
+                if self._cut_short():
+                    worker.kill()  # the pool starts a fresh worker in its place
+                    return
+            self.worker_rss_mb = message.rss_mb
         except WorkerDied as died:
             self.fail(str(died))
         except UnknownMessage as refused:  # the worker speaks another protocol: the pool replaces it
@@ -236,6 +246,11 @@ class Job:
 
     def _ended(self) -> None:
         """(Under the lock.) The worker is done with the job."""
+
+    def _cut_short(self) -> bool:
+        """(The slot's thread, between the worker's messages.) Whether to end the job now by killing its worker,
+        for what a worker cannot interrupt; the job's status says why first."""
+        return False
 
 
 class TrainJob(Job):
@@ -400,6 +415,75 @@ class ClaimsJob(Job):
                 super()._apply(message)
 
 
+class ProbeJob(Job):
+    """The Inside page's probes ({name: options}, one after another) of a trained model on its first `inputs`
+    validation examples, in a worker: the weights of run `run_id` in `store` (its checkpoint), or `state` (a
+    state_dict of a run still training, taken at `step`). Each probe may run `seconds`; past that, or when
+    stopped, the worker is killed (a probe is one long computation: it cannot stop half-way)."""
+
+    kind = "probe"
+
+    def __init__(self, spec, probes: Mapping[str, dict], inputs: int, label: str, store: RunStore | None = None,
+                 run_id: str | None = None, state: dict | None = None, step: int | None = None,
+                 seconds: float = 60.0, session: str | None = None):
+        from explorer import budget
+
+        budget.check_probes(spec, dict(probes), inputs)  # SpecError before anything is queued or allocated
+        super().__init__(label, session)
+        self.spec, self.inputs, self.seconds = spec, inputs, seconds
+        self.probes = {name: dict(options) for name, options in probes.items()}
+        self.store, self.run_id, self.step = store, run_id, step
+        self._state = None
+        if state is not None:
+            import torch
+
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
+            self._state = buffer.getvalue()
+        self._results: dict = {}
+        self._skipped: dict = {}
+        self._current: str | None = None
+        self._probe_step: int | None = step
+        self._since = float("inf")  # time.monotonic() when the current probe started
+
+    @property
+    def total(self) -> int:
+        return len(self.probes)
+
+    def order(self) -> RunProbes:
+        return RunProbes(**self._settings(), spec=self.spec.to_dict(), probes=self.probes, inputs=self.inputs,
+                         store=str(self.store.root) if self.store is not None else None, run_id=self.run_id,
+                         state=self._state, step=self.step)
+
+    def _details(self, since: int) -> dict:
+        return {"results": dict(self._results), "skipped": dict(self._skipped), "current": self._current,
+                "probe_step": self._probe_step, "run_id": self.run_id}
+
+    def _apply(self, message) -> None:
+        match message:
+            case Probing(done=done, probe=probe, step=step):
+                self._steps_done, self._current, self._probe_step = done, probe, step
+                self._since = time.monotonic()
+            case ProbeResult(probe=probe, result=None, field=field_, reason=reason):
+                self._skipped[probe] = (field_, reason)
+            case ProbeResult(probe=probe, result=result):
+                self._results[probe] = result
+            case _:
+                super()._apply(message)
+
+    def _cut_short(self) -> bool:
+        with self._lock:
+            if self._stop.is_set():
+                self._status = "stopped"
+                return True
+            if self._current is not None and time.monotonic() - self._since > self.seconds:
+                self._fail(f"the {self._current} probe ran past this server's limit of {self.seconds:g} s per probe "
+                           f"(EXPLORER_PROBE_SECONDS) and was stopped; probe fewer validation inputs, or leave "
+                           f"{self._current} out")
+                return True
+        return False
+
+
 class SessionLimit(Exception):
     """A session asked for more active jobs than `max_per_session` allows."""
 
@@ -415,15 +499,17 @@ class JobQueue:
     `alive(session_id)` says whether a browser session is still there; with it, a reaper thread (every
     `reap_every` seconds; None: only when `reap` is called) stops the jobs of a session gone for `grace_s`
     seconds. Without `alive` (scripts, most tests) jobs are not tied to sessions' lives.
+
+    `worker_idle_mb`: a worker that still holds more resident memory after a job is replaced (None: kept).
     """
 
     def __init__(self, max_jobs: int, store: RunStore | None = None, max_per_session: int | None = None,
                  alive: Callable[[str], bool] | None = None, grace_s: float = 60.0, reap_every: float | None = 5.0,
-                 pool: WorkerPool | None = None, cores: int | None = None):
+                 pool: WorkerPool | None = None, cores: int | None = None, worker_idle_mb: float | None = None):
         if max_jobs < 1:
             raise ValueError(f"max_jobs must be at least 1, got {max_jobs}")
         self.max_jobs, self.store = max_jobs, store
-        self.max_per_session, self.grace_s = max_per_session, grace_s
+        self.max_per_session, self.grace_s, self.worker_idle_mb = max_per_session, grace_s, worker_idle_mb
         self._lock = threading.Lock()
         self._waiting: deque[Job] = deque()  # the line, first come first served
         self._running_jobs: set[Job] = set()  # those holding a slot
@@ -468,6 +554,17 @@ class JobQueue:
             raise ValueError("no claims to run")
         return self._enqueue(ClaimsJob(tuple(claims), fast, label, session))
 
+    def submit_probes(self, spec, probes: Mapping[str, dict], inputs: int, label: str, run_id: str | None = None,
+                      state: dict | None = None, step: int | None = None, seconds: float = 60.0,
+                      session: str | None = None) -> ProbeJob:
+        """Queue probes ({name: options}) of a trained model of `spec`: the weights of `run_id` in the queue's
+        run store, or `state` (a state_dict at `step`). SpecError, with nothing queued, when their memory estimate
+        passes EXPLORER_MAX_MODEL_MB; each probe may run `seconds`."""
+        if not probes:
+            raise ValueError("no probes to run")
+        store = self.store or RunStore()
+        return self._enqueue(ProbeJob(spec, probes, inputs, label, store, run_id, state, step, seconds, session))
+
     def warm(self, delay: float = 0.0) -> None:
         """Start the worker processes in the background, after `delay` seconds (the app calls it after a page
         that trains has been drawn)."""
@@ -510,6 +607,8 @@ class JobQueue:
                 return
             try:
                 job._run_in(worker)
+                if self.worker_idle_mb is not None and (job.worker_rss_mb or 0) > self.worker_idle_mb:
+                    worker.kill()  # it kept too much memory: the pool starts a fresh one in its place
             finally:
                 self.pool.give_back(worker)
         finally:

@@ -8,6 +8,8 @@ EXPLORER_DATA_DIR      the only folder dataset files (MNIST, CIFAR, text) are re
 EXPLORER_MAX_JOBS_PER_SESSION  active jobs one browser session may have (a Compare grid counts each run)
 EXPLORER_SESSION_GRACE_S       seconds after a session ends (tab closed) before its jobs are stopped
 EXPLORER_ADMIN_TOKEN   when set, /admin?token=... lists every job on the server and can stop any
+EXPLORER_PROBE_SECONDS         seconds one probe of the Inside page may run before its worker is stopped
+EXPLORER_WORKER_IDLE_MB        resident memory an idle worker may keep after a job; above it, it is replaced
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from explorer.nn.models import parameter_count
 from explorer.registries import SpecError
 from explorer.settings import SettingError, whole_number
 from explorer.runs import home
+from explorer_app.workers import IDLE_MB
 
 
 
@@ -33,6 +36,8 @@ VARIABLES = {
     "EXPLORER_MAX_UPLOAD_KB": ("max_upload_kb", 2048, "largest spec JSON or text file a user may upload (KiB)"),
     "EXPLORER_MAX_JOBS_PER_SESSION": ("max_jobs_per_session", 4, "active jobs one browser session may have"),
     "EXPLORER_SESSION_GRACE_S": ("session_grace_s", 60, "seconds a closed session's jobs go on before they stop"),
+    "EXPLORER_PROBE_SECONDS": ("probe_seconds", 120, "seconds one probe of the Inside page may run"),
+    "EXPLORER_WORKER_IDLE_MB": ("worker_idle_mb", IDLE_MB, "resident memory (MB) an idle worker may keep after a job"),
 }
 
 
@@ -44,6 +49,8 @@ class Limits:
     max_upload_kb: int
     max_jobs_per_session: int
     session_grace_s: int
+    probe_seconds: int
+    worker_idle_mb: int
 
     @property
     def max_upload_bytes(self) -> int:

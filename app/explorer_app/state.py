@@ -22,9 +22,11 @@ TRAIN_PAGE = "views/train.py"  # relative to app/streamlit_app.py, as st.switch_
 def job_queue() -> JobQueue:
     """One queue for the whole server: EXPLORER_MAX_JOBS trainings at once, the rest wait; each session at
     most EXPLORER_MAX_JOBS_PER_SESSION, stopped EXPLORER_SESSION_GRACE_S seconds after the session ends.
-    Its jobs run in a pool of EXPLORER_MAX_JOBS worker processes shared by every queue of this server."""
+    Its jobs run in a pool of EXPLORER_MAX_JOBS worker processes shared by every queue of this server; a worker
+    that keeps more than EXPLORER_WORKER_IDLE_MB after a job is replaced."""
     caps = limits()
-    return _job_queue(caps.max_jobs, str(home()), caps.max_jobs_per_session, caps.session_grace_s)
+    return _job_queue(caps.max_jobs, str(home()), caps.max_jobs_per_session, caps.session_grace_s,
+                      caps.worker_idle_mb)
 
 
 def session_id() -> str | None:
@@ -56,9 +58,9 @@ def store() -> explorer.RunStore:
 
 # Keyed by the settings, so a changed EXPLORER_HOME (each test has its own) gets its own store and queue.
 @st.cache_resource(show_spinner=False)
-def _job_queue(max_jobs: int, root: str, per_session: int, grace_s: int) -> JobQueue:
+def _job_queue(max_jobs: int, root: str, per_session: int, grace_s: int, idle_mb: int) -> JobQueue:
     return JobQueue(max_jobs, store=_store(root), max_per_session=per_session, alive=session_alive, grace_s=grace_s,
-                    pool=shared_pool(max_jobs))
+                    pool=shared_pool(max_jobs), worker_idle_mb=idle_mb)
 
 
 @st.cache_resource(show_spinner=False)
@@ -100,6 +102,16 @@ def train_page_params(spec) -> dict[str, str]:
 def open_in_train(spec) -> None:
     """Switch to the Train page with `spec` loaded (e.g. a paper's preset)."""
     st.switch_page(TRAIN_PAGE, query_params=train_page_params(spec))
+
+
+def submit_probes(spec, probes: dict, inputs: int, run_id: str, state: dict | None = None,
+                  step: int | None = None) -> Job:
+    """Queue the Inside page's probes of a run for this session (its stored weights, or `state` at `step` for a
+    run still training), each limited to EXPLORER_PROBE_SECONDS. SpecError when their memory estimate passes
+    EXPLORER_MAX_MODEL_MB, SessionLimit when the session already has its share of active jobs; the job is not
+    one of the session's runs (`session_jobs`)."""
+    return job_queue().submit_probes(spec, probes, inputs, f"probe {run_id[:8]}", run_id=run_id, state=state,
+                                     step=step, seconds=limits().probe_seconds, session=session_id())
 
 
 def submit_claims(claims: list[tuple[str, str]], fast: bool, label: str) -> Job:

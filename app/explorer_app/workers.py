@@ -1,4 +1,4 @@
-"""Worker processes that run the server's jobs outside its interpreter: trainings and paper claims.
+"""Worker processes that run the server's jobs outside its interpreter: trainings, paper claims and probes.
 
 A `WorkerPool` keeps pre-started processes (the "spawn" context: never a fork of a server whose torch
 threads run). Each worker imports torch and explorer once, then loops over jobs, so a click does not pay
@@ -9,17 +9,23 @@ The two sides speak in the messages below, small frozen dataclasses, over a dupl
 tensor never travels as shared memory). The server sends a job (`RunTraining` or `RunClaims`), then, while
 it runs, `Pause`, `Resume`, `Step`, `Stop`, `SendSnapshot` and `UseThreads`. A worker says `Ready` once;
 then, per job, `Threads` (and again when they change), `Note`, `Recorded`, `Logged`, `Held`, `Snapshot`,
-`Finished` (a training) or `Progress` and `ClaimResult` (claims), `Failed`, and last `Free`. Each side
+`Finished` (a training), `Progress` and `ClaimResult` (claims) or `Probing` and `ProbeResult` (probes),
+`Failed`, and last `Free` with its resident memory once the job's model and data are let go. Each side
 dispatches them with `match` and refuses any other with `UnknownMessage`.
 
 A worker that dies (killed, out of memory) closes its end of the pipe: the job reading it ends as "error"
-with the exit code, and the pool starts a fresh worker in its place.
+with the exit code, and the pool starts a fresh worker in its place. The server kills a worker itself to end
+what cannot be interrupted (a probe past its time limit, or cancelled) and to replace an idle worker that
+kept more memory than EXPLORER_WORKER_IDLE_MB.
 """
 
 from __future__ import annotations
 
 import collections
+import ctypes
+import ctypes.util
 import functools
+import gc
 import io
 import multiprocessing
 import os
@@ -32,6 +38,7 @@ import types
 from dataclasses import dataclass, fields
 
 READY_TIMEOUT_S = 300.0  # a worker imports torch and explorer before it says ready (seconds on a busy 2-core VM)
+IDLE_MB = 1024  # EXPLORER_WORKER_IDLE_MB's default: resident memory an idle worker may keep after a job
 
 
 # ---- the messages -------------------------------------------------------------------------------
@@ -74,6 +81,21 @@ class RunClaims(Run):
 
     claims: list
     fast: bool
+
+
+@dataclass(frozen=True)
+class RunProbes(Run):
+    """Probe a trained model: `probes` ({name: options}, run in this order) on the first `inputs` validation
+    examples of `spec`'s data, with the weights of run `run_id` in the run store at `store` (its checkpoint),
+    or `state` (a torch.save'd state_dict, of a run still training) at `step`."""
+
+    spec: dict
+    probes: dict
+    inputs: int
+    store: str | None
+    run_id: str | None
+    state: bytes | None
+    step: int | None
 
 
 @dataclass(frozen=True)
@@ -199,6 +221,26 @@ class ClaimResult:
 
 
 @dataclass(frozen=True)
+class Probing:
+    """A probes job: `done` of `total` probes ended; `probe` (None: all done) runs now, on the weights of `step`."""
+
+    done: int
+    total: int
+    probe: str | None
+    step: int | None
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One probe's result ({key: numpy array}), or, for a probe that does not apply, the field and why."""
+
+    probe: str
+    result: dict | None
+    field: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
 class Failed:
     """The job ended on an error."""
 
@@ -207,12 +249,16 @@ class Failed:
 
 @dataclass(frozen=True)
 class Free:
-    """The job is over; the worker takes the next."""
+    """The job is over; the worker takes the next. `rss_mb`: its resident memory now, after letting the job's
+    model and data go (None where it cannot tell)."""
+
+    rss_mb: float | None = None
 
 
 MESSAGES = {cls.__name__: cls for cls in (
-    RunTraining, RunClaims, Pause, Resume, Step, Stop, SendSnapshot, UseThreads, Exit,
-    Ready, Threads, Note, Recorded, Logged, Held, Snapshot, Finished, Progress, ClaimResult, Failed, Free)}
+    RunTraining, RunClaims, RunProbes, Pause, Resume, Step, Stop, SendSnapshot, UseThreads, Exit,
+    Ready, Threads, Note, Recorded, Logged, Held, Snapshot, Finished, Progress, ClaimResult, Probing, ProbeResult,
+    Failed, Free)}
 
 
 def dump(message) -> bytes:
@@ -301,7 +347,7 @@ def worker_main(conn) -> None:
                     case RunTraining(paused=paused):
                         current[0] = _Controls(paused=paused)
                         jobs.put((message, current[0]))
-                    case RunClaims():
+                    case RunClaims() | RunProbes():
                         current[0] = _Controls()
                         jobs.put((message, current[0]))
                     case Exit():
@@ -327,9 +373,14 @@ def worker_main(conn) -> None:
                     _train(job, controls, send)
                 case RunClaims():
                     _claims(job, controls, send)
+                case RunProbes():
+                    _probe(job, controls, send)
         except Exception as error:  # noqa: BLE001  (reported on the job; the worker goes on)
-            send(Failed(f"{type(error).__name__}: {error}"))
-        send(Free())
+            from explorer.training import out_of_memory
+
+            send(Failed(out_of_memory(error) or f"{type(error).__name__}: {error}"))
+        del item, job, controls
+        send(Free(give_memory_back(_idle_limit_mb())))
 
 
 def _warm_up() -> None:
@@ -403,7 +454,7 @@ def _train(job: RunTraining, controls: _Controls, send) -> None:
                        probe_every=job.probe_every)
     except Exception as error:
         if recorder is not None:  # marks the run error where the store still takes the write
-            recorder.fail(f"{type(error).__name__}: {error}")
+            recorder.fail(explorer.training.out_of_memory(error) or f"{type(error).__name__}: {error}")
         raise
     finally:
         if recorder is not None:
@@ -437,6 +488,106 @@ def _probe_problems(spec, probes: dict, names) -> dict:
         except explorer.SpecError as error:
             problems[name] = error
     return problems
+
+
+def _probe(job: RunProbes, controls: _Controls, send) -> None:
+    """Build the run's model and data here, load its weights (the checkpoint, map_location cpu, or the state the
+    server sent) and run the probes one after another, each result sent as it comes (Stop: the rest are
+    skipped). Refused first, with nothing built, when the probes' memory estimate passes EXPLORER_MAX_MODEL_MB."""
+    import torch
+
+    import explorer
+    from explorer import budget
+    from explorer.probes import PROBES, validation_tensors
+    from explorer.runs import RunStore, StoreError
+
+    send(Threads(torch.get_num_threads()))
+    try:
+        spec = explorer.ExperimentSpec.from_dict(job.spec, runnable=False)  # where it trained is not asked:
+        budget.check_probes(spec, job.probes, job.inputs)  # it is built on this machine's CPU below
+        if job.state is not None:
+            step, state = job.step, torch.load(io.BytesIO(job.state), weights_only=True)
+        else:
+            checkpoint = RunStore(job.store).load_checkpoint(job.run_id, map_location="cpu")
+            if checkpoint is None:
+                send(Failed("this run has no saved weights yet (it is queued, or was recorded without a "
+                            "checkpoint); train it first"))
+                return
+            step, state = int(checkpoint.get("step", job.step or 0)), checkpoint["model"]
+            del checkpoint
+        model, data = explorer.build(spec, device="cpu")
+    except (explorer.SpecError, StoreError) as error:
+        send(Failed(getattr(error, "message", None) or str(error)))
+        return
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, KeyError, TypeError) as error:
+        first = (str(error).strip().splitlines() or [""])[0][:300]
+        send(Failed(f"the saved weights do not fit this run's model ({type(error).__name__}: {first})"))
+        return
+    del state
+    model.eval()
+    names = list(job.probes)
+    inputs = data.x_val[:job.inputs]
+    for i, name in enumerate(names):
+        if controls.stop.is_set():
+            return
+        send(Probing(i, len(names), name, step))
+        extra = validation_tensors(name, data, job.inputs)
+        if PROBES[name].param("max_inputs") is not None:
+            extra["max_inputs"] = job.inputs
+        try:
+            send(ProbeResult(name, explorer.probe(model, inputs, name, **{**job.probes[name], **extra})))
+        except explorer.SpecError as error:
+            send(ProbeResult(name, None, error.path, error.message))
+    send(Probing(len(names), len(names), None, step))
+
+
+def _idle_limit_mb() -> int:
+    """EXPLORER_WORKER_IDLE_MB as the server sent it with the last job (its default when unset or not valid)."""
+    from explorer.settings import SettingError, whole_number
+
+    try:
+        return whole_number("EXPLORER_WORKER_IDLE_MB", IDLE_MB, "resident memory an idle worker may keep")
+    except SettingError:
+        return IDLE_MB
+
+
+def give_memory_back(limit_mb: float | None = None) -> float | None:
+    """After a job, with its model and data unreferenced: collect them and hand the freed heap back to the
+    system (glibc keeps it otherwise, malloc_trim); past `limit_mb` also drop the dataset and paper-run caches.
+    The resident memory left, in MB (None where it cannot be read)."""
+    gc.collect()
+    _malloc_trim()
+    rss = resident_mb()
+    if rss is not None and limit_mb is not None and rss > limit_mb:
+        from explorer.data import clear_cache
+        from explorer.papers import clear_cache as clear_runs
+
+        clear_cache()
+        clear_runs()
+        gc.collect()
+        _malloc_trim()
+        rss = resident_mb()
+    return rss
+
+
+def _malloc_trim() -> None:
+    """glibc's malloc_trim(0): free heap pages go back to the system (a no-op elsewhere)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        pass
+
+
+def resident_mb() -> float | None:
+    """This process's resident memory in MB (Linux's /proc), None elsewhere."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _send_snapshot(run, controls: _Controls, send) -> None:

@@ -12,10 +12,12 @@ overlaid Jacobian spectra, with one colour per run in every figure.
 import json
 import time
 
+import numpy as np
 import streamlit as st
 
 import explorer
 from explorer import plots
+from explorer.probes import undefined
 from explorer.registries import DEPTH_RULES, SpecError
 from explorer.runs import StoreError
 from explorer.sweeps import trials
@@ -23,8 +25,7 @@ from explorer_app import figures, jobs, limits, live_feed, messages, state
 
 REFRESH_S = 0.5  # without a feed: the grid's refresh period while a job is active
 # The grid's loss chart is rebuilt at most this often while it trains (its progress and table follow the feed
-# at every poll): the page reran twice a second before, and the chart's redraws were the largest part of what
-# the browser did beside the grid's training.
+# at every poll): the chart's redraws are the largest part of what the browser does beside the grid's training.
 CHART_REFRESH_S = 0.5
 MAX_RUNS = 12  # most runs one grid launches, and most runs compared at once
 MAX_LISTED = 200  # newest store runs offered with "all runs in the store"
@@ -293,12 +294,17 @@ def run_fraction(view) -> float:
     return min(view.steps_done / max(view.total_steps, 1), 1.0)
 
 
+def significant(value, digits: int = 4):
+    """A float rounded to `digits` significant digits (a table cell that fits its column); anything else as it is."""
+    return float(f"{value:.{digits}g}") if isinstance(value, float) else value
+
+
 def grid_row(view) -> dict:
     final = view.history[-1] if view.history else {}
     status = f"queued (#{view.queue_position} in line)" if view.status == "queued" else view.status
     return {"run": view.label, "status": status, "progress": 100 * run_fraction(view),
-            "step": f"{view.steps_done} / {view.total_steps}", "loss": final.get("loss"),
-            "val accuracy": final.get("val_accuracy"), "diverged at": view.diverged_at}
+            "step": f"{view.steps_done} / {view.total_steps}", "loss": significant(final.get("loss")),
+            "val accuracy": significant(final.get("val_accuracy")), "diverged at": view.diverged_at}
 
 
 active = grid_active()
@@ -384,9 +390,14 @@ def runs_table(records: list[dict]) -> None:
     """Every listed run with its spec values and final metrics: sort by clicking a column header, select
     rows (the checkboxes on the left) to overlay them below."""
     st.session_state[TABLE_IDS] = [record["id"] for record in records]
+    # numbers at a fixed precision (the columns size to the formatted values); a value a run does not have (no
+    # validation accuracy on regression, no divergence) is "-", not "None"
+    whole = st.column_config.NumberColumn(format="%d")
     st.dataframe([summary_row(label, record) for label, record in zip(display_labels(records), records)],
                  hide_index=True, key="compare-table", on_select=compare_selected_rows, selection_mode="multi-row",
-                 column_config={"lr": st.column_config.NumberColumn(format="%.3g"),
+                 placeholder="-",
+                 column_config={"steps": whole, "depth": whole, "width": whole, "seed": whole, "diverged at": whole,
+                                "lr": st.column_config.NumberColumn(format="%.3g"),
                                 "loss": st.column_config.NumberColumn(format="%.4g"),
                                 "val loss": st.column_config.NumberColumn(format="%.4g"),
                                 "val accuracy": st.column_config.NumberColumn(format="%.3f")})
@@ -417,7 +428,7 @@ def checkpoint_probes(root: str, run_id: str, updated: float) -> dict:
             found[name] = (step, explorer.probe(model, inputs, name, **options))
         except SpecError as error:
             found[name] = error.message
-        except Exception as error:  # e.g. a diverged run's non-finite weights
+        except Exception as error:  # noqa: BLE001  (said beside the figures; the page goes on)
             found[name] = f"it could not be computed from the checkpoint ({type(error).__name__}: {error})"
     return found
 
@@ -458,16 +469,37 @@ def show_heatmaps(records: list[dict], labels: list[str], results: list[dict], b
 
 
 def show_spectra(labels: list[str], results: list[dict], colors: dict[str, str]) -> None:
-    curves = {label: found["jacobian"][1]["singular_values"][0]
-              for label, found in zip(labels, results) if not isinstance(found["jacobian"], str)}
-    left_out = [f"{label}: {found['jacobian']}" for label, found in zip(labels, results)
-                if isinstance(found["jacobian"], str)]
+    """One figure of the runs' Jacobian spectra; a run whose spectrum is missing or undefined (a diverged run's
+    non-finite weights) is named below it with the reason."""
+    curves, left_out = {}, []
+    for label, found in zip(labels, results):
+        if isinstance(found["jacobian"], str):
+            left_out.append(f"{label}: {found['jacobian']}")
+            continue
+        result = found["jacobian"][1]
+        values = np.asarray(result["singular_values"][0], dtype=float)
+        if np.isfinite(values).any():
+            curves[label] = values
+        else:
+            why = undefined(result).get("singular_values") or "no finite singular value"
+            left_out.append(f"{label}: {why}")
     if curves:
         fig = plots.spectra(curves, "Input-output Jacobian spectra of the block stack (first validation example)",
                             colors=colors)
         figures.show(fig, key="compare-spectra", name="jacobian-spectra")
     if left_out:
         st.caption("No Jacobian spectrum for " + messages.escape("; ".join(left_out)) + ".")
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def diverged_explanation(root: str, run_id: str, updated: float) -> str:
+    """One or two sentences on why a stored run diverged (explorer.diagnose on its spec at initialisation).
+    Cached per store, run and run version (`updated`)."""
+    store = state.store()
+    try:
+        return explorer.diagnose(store.spec(run_id)).explain(store.get(run_id, arrays=False))
+    except Exception as error:  # noqa: BLE001  (a spec that no longer builds here: the page goes on)
+        return f"no diagnosis: it could not be computed ({type(error).__name__}: {error})"
 
 
 def compare_view() -> None:
@@ -494,6 +526,10 @@ def compare_view() -> None:
     if diverged:
         st.info("Diverged (marked x on the curves; a result, not an error): " + ", ".join(diverged) + ".",
                 icon=":material/trending_up:")
+        for label, record in zip(labels, records):
+            if record["status"] == "diverged":
+                why = diverged_explanation(str(state.store().root), record["id"], record["updated"])
+                st.caption(f"**{messages.escape(label)}**: {messages.escape(why)}")
     curves = [{"label": label, "history": record["history"], "status": record["status"],
                "diverged_at": record["diverged_at"]} for label, record in zip(labels, records) if record["history"]]
     if curves:

@@ -1,10 +1,16 @@
 """Inside: pick a run (a stored one or the live one) and probe it.
 
-Probes (explorer.probe) run on the run's weights, from its checkpoint in the run store, or, for a
-run still training, from a copy the training thread takes at its next logged step. Their results
-are drawn with the same figures as the notebooks (explorer.plots.probe_figures). Probe results
-recorded while the run trained can be scrubbed step by step.
+Probes (explorer.probe) run as a job in a worker process (explorer_app.jobs.ProbeJob), never in the
+server: the worker builds the run's model and data and loads its weights, from its checkpoint in the run
+store, or, for a run still training, from a copy the training worker takes at its next logged step. The job
+is refused before it is queued when its memory estimate (explorer.budget.check_probes) passes the server's
+cap; each probe may run EXPLORER_PROBE_SECONDS. While it runs, a progress bar follows it (a live feed, or
+without one a fragment on a timer) beside a Cancel button; its results are drawn with the same figures as
+the notebooks (explorer.plots.probe_figures). Probe results recorded while the run trained can be scrubbed
+step by step.
 """
+
+import json
 
 import numpy as np
 import streamlit as st
@@ -12,12 +18,12 @@ import streamlit as st
 import explorer
 from explorer import plots
 from explorer.nn import reference
-from explorer.probes import validation_tensors
 from explorer.registries import SpecError
 from explorer.runs import StoreError
-from explorer_app import figures, messages, spec_form, state
+from explorer_app import figures, live_feed, messages, spec_form, state
 
 PROBES = explorer.registry("probes")
+REFRESH_S = 0.5  # without a feed: how often the probe job's progress redraws while it is active
 
 st.title("Inside")
 st.caption("Look inside a trained (or training) network: Jacobian and weight spectra, ranks, norms by block, "
@@ -51,9 +57,13 @@ try:
 except StoreError as damaged:  # its history or probe rows do not decode
     st.warning(messages.escape(damaged), icon=":material/warning:")
     st.stop()
-spec = explorer.ExperimentSpec.from_dict(record["spec"])
 with st.expander("Its experiment"):
-    st.code(spec.to_json(), language="json")
+    st.code(json.dumps(record["spec"], indent=2), language="json")
+try:  # its form only: a run trained on a GPU, or on a data folder gone since, still opens here
+    spec = store.spec(run_id)
+except SpecError as unknown:  # it names a model, topology or dataset this server does not have
+    st.warning(f"This run cannot be rebuilt on this server: {messages.spec_error(unknown)}", icon=":material/warning:")
+    st.stop()
 with st.expander("The code this model runs"):
     st.caption("The same forward pass as the model's, written out with plain torch ops (explorer/nn/reference.py): "
                "the model, then how its topology mixes the blocks' outputs.")
@@ -64,15 +74,13 @@ with st.expander("The code this model runs"):
         st.info(str(missing), icon=":material/info:")
 
 
-def load_weights(run_id: str) -> tuple[int, dict] | None:
-    """(step, state_dict) of the run: a live copy when it is training in this session, else its checkpoint."""
+def live_weights(run_id: str) -> tuple[int, dict] | None | bool:
+    """(step, state_dict) of the run when it is training in this session (a copy its worker takes at its next
+    logged step; None when none came), else False: the job loads the stored checkpoint itself."""
     job = live.get(run_id)
     if job is not None and job.view().active:
         return job.model_state()
-    checkpoint = store.load_checkpoint(run_id)
-    if checkpoint is None:
-        return None
-    return int(checkpoint.get("step", record.get("steps_done") or 0)), checkpoint["model"]
+    return False
 
 
 # ---- probe it now --------------------------------------------------------------------------------
@@ -89,45 +97,115 @@ for name in chosen:
         with st.expander(f"{name} options"):
             options[name] = {p.name: spec_form.param_widget(p, f"inside-opt:{name}.{p.name}") for p in params}
 
-def probe_now(run_id: str) -> dict:
-    """Probe the run's weights with the chosen probes: {"run", "step", "results", "errors"}, or {"run", "error"}."""
-    try:
-        weights = load_weights(run_id)
-    except StoreError as damaged:  # a damaged checkpoint file: which one and what to do, on one line
-        return {"run": run_id, "error": messages.escape(damaged)}
-    if weights is None:
-        return {"run": run_id, "error": "this run has no saved weights yet (it is queued, or was recorded without "
-                                        "a checkpoint); train it first"}
-    step, state_dict = weights
-    model, data = explorer.build(spec, device="cpu")
-    try:
-        model.load_state_dict(state_dict)
-    except (RuntimeError, KeyError, TypeError) as error:
-        return {"run": run_id, "error": f"the saved weights do not fit this run's model ({messages.failure(error)})"}
-    model.eval()
-    results, errors = {}, {}
-    progress = st.progress(0.0, text="probing...")
-    for i, name in enumerate(chosen):
-        progress.progress(i / len(chosen), text=f"probing: {name}")
-        extra = validation_tensors(name, data, inputs)
-        if any(p.name == "max_inputs" for p in PROBES[name].params):
-            extra["max_inputs"] = inputs
-        try:
-            results[name] = explorer.probe(model, data.x_val[:inputs], name, **extra, **options.get(name, {}))
-        except SpecError as error:
-            errors[name] = messages.spec_error(error)
-    progress.progress(1.0, text=f"probed at step {step}")
-    return {"run": run_id, "step": step, "results": results, "errors": errors}
+NO_WEIGHTS = "this run has no saved weights yet (it is queued, or was recorded without a checkpoint); train it first"
 
 
-if st.button("Probe", type="primary", key="inside-run-probes", icon=":material/biotech:", disabled=not chosen):
-    st.session_state["inside-results"] = probe_now(run_id)
+def start_probes(run_id: str) -> None:
+    """Queue the chosen probes of the run as a job of this session; a refusal (no weights, the memory estimate,
+    the session's share of jobs) is shown in their place, with nothing queued."""
+    st.session_state.pop("inside-results", None)
+    weights = live_weights(run_id)
+    if weights is None or (weights is False and not store.checkpoint_path(run_id).exists()):
+        st.session_state["inside-results"] = {"run": run_id, "error": NO_WEIGHTS}
+        return
+    step, state_dict = weights if weights else (record.get("steps_done"), None)
+    try:
+        spec.check_runnable(device="cpu")  # probes run on this server's CPU, wherever the run was trained
+    except SpecError as refused:  # its data folder is gone, or this server may not read it
+        st.session_state["inside-results"] = {"run": run_id, "error": f"Not probed here: {messages.spec_error(refused)}"}
+        return
+    try:
+        job = state.submit_probes(spec, {name: options.get(name, {}) for name in chosen}, inputs, run_id,
+                                  state=state_dict, step=step)
+    except SpecError as refused:  # the memory estimate: which probe, how many inputs fit
+        st.session_state["inside-results"] = {"run": run_id,
+                                              "error": f"Not probed: {messages.escape(refused.message)}"}
+        return
+    except state.SessionLimit as refused:
+        st.session_state["inside-results"] = {"run": run_id, "error": f"Not probed: {messages.escape(refused)}"}
+        return
+    st.session_state["inside-job"] = job
+
+
+def results_of(job) -> dict:
+    """What a probe job that ended shows: {"run", "step", "results", "errors", "message"} ("message": why it
+    ended early, None when all ran), or {"run", "error"} when it probed nothing."""
+    view = job.view()
+    message = None
+    if view.status == "error":
+        message = messages.escape(view.error)
+    elif view.status in ("stopped", "cancelled"):
+        message = "Cancelled" + (f" after {view.steps_done} of {view.total_steps} probes." if view.steps_done else ".")
+    if message is not None and not view.results and not view.skipped:
+        return {"run": job.run_id, "error": message}
+    errors = {name: messages.spec_error(SpecError(*problem)) for name, problem in view.skipped.items()}
+    return {"run": job.run_id, "step": view.probe_step, "results": view.results, "errors": errors, "message": message}
+
+
+def stamp(view) -> str:
+    """What the page shows of the probe job: when the feed's stamp differs, the page reruns."""
+    return json.dumps([view.status])
+
+
+def progress_of(view) -> tuple[float, str]:
+    if view.status == "queued":
+        return 0.0, f"waiting for a worker: number {view.queue_position} in line (EXPLORER_MAX_JOBS)"
+    if view.current is None:
+        return view.steps_done / max(view.total_steps, 1), "starting: loading the weights, the model and the data"
+    return (view.steps_done / max(view.total_steps, 1),
+            f"probing: {view.current} ({view.steps_done + 1} of {view.total_steps})")
+
+
+def publish_feed(job) -> str | None:
+    """Serve the probe job's progress to the browser (explorer_app.live_feed); None where no feed is served."""
+    if not live_feed.served:
+        return None
+
+    def source() -> live_feed.State:
+        view = job.view()
+        return live_feed.State(stamp(view), view.active, progress_of(view))
+
+    token = live_feed.publish(source, st.session_state.get("inside-feed"), key=job.id)
+    st.session_state["inside-feed"] = token
+    return token
+
+
+def probe_progress() -> None:
+    """The running probe job's progress and its Cancel button, in a fragment: it follows the feed, or without
+    one redraws every REFRESH_S; the page reruns whole when the job ends."""
+    if live_feed.stale():
+        st.rerun(scope="app")
+    job = st.session_state.get("inside-job")
+    if job is None:
+        return
+    view = job.view()
+    if not view.active:
+        st.rerun(scope="app")
+    token = publish_feed(job)
+    fraction, text = progress_of(view)
+    figures.progress(fraction, text, key="inside", feed=live_feed.link(token, "progress", "", stamp(view)))
+    st.button("Cancel", key="inside-cancel", icon=":material/cancel:", on_click=job.stop,
+              args=("Cancelled from the Inside page.",))
+
+
+running = st.session_state.get("inside-job")
+if running is not None and not running.active:  # it ended since the last run: its results take its place
+    st.session_state["inside-results"] = results_of(running)
+    del st.session_state["inside-job"]
+if st.button("Probe", type="primary", key="inside-run-probes", icon=":material/biotech:",
+             disabled=not chosen or "inside-job" in st.session_state,
+             help="Runs in a worker process; one probe at a time per page."):
+    start_probes(run_id)
+if "inside-job" in st.session_state:
+    st.fragment(run_every=None if live_feed.served else REFRESH_S)(probe_progress)()
 
 shown = st.session_state.get("inside-results")
 if shown and shown["run"] == run_id:
     if "error" in shown:
         st.warning(shown["error"], icon=":material/warning:")
     else:
+        if shown["message"]:
+            st.warning(shown["message"], icon=":material/warning:")
         for name, message in shown["errors"].items():
             st.warning(f"{name} does not apply here: {message}", icon=":material/warning:")
         for name, result in shown["results"].items():

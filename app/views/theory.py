@@ -55,6 +55,20 @@ def _dash(fig: go.Figure, names: list[str]) -> None:
         fig.update_traces(line_dash="dash", selector=dict(name=name))
 
 
+def _overlap(fig: go.Figure, below: str, above: str, x, y_below, y_above, xname: str) -> str:
+    """Draw `above` dashed over a wider `below`, so two curves that nearly coincide both show, and say by how much
+    they differ (the largest gap and where it is), so a reader knows the second line is there and how close it is."""
+    fig.update_traces(line_width=4, selector=dict(name=below))
+    fig.update_traces(line_dash="dash", line_width=2, selector=dict(name=above))
+    gap = np.abs(np.asarray(y_below, dtype=float) - np.asarray(y_above, dtype=float))
+    if not np.isfinite(gap).any():
+        return ""
+    i = int(np.nanargmax(np.where(np.isfinite(gap), gap, np.nan)))
+    scale = np.nanmax(np.abs(np.concatenate([np.ravel(y_below), np.ravel(y_above)]).astype(float)))
+    return (f"{below} (wide) and {above} (dashed over it) differ by at most {gap[i]:.3g} "
+            f"(at {xname} = {float(np.ravel(x)[i]):.3g}), against values up to {scale:.4g}.")
+
+
 def _mark_x(fig: go.Figure, x: float, text: str, log: bool = False) -> None:
     """A dotted vertical line at data value x, labelled at the top (annotations on a log axis take log10 of x)."""
     fig.add_vline(x=x, line_dash="dot")
@@ -86,8 +100,10 @@ def dca_table(d: int, r_star: int, kappa: float, lambda_max: float, as_printed: 
     st.caption(f"A negative gain bound guarantees nothing (it is not a loss). {equal_error}")
 
 
-def dca_gains_figure(d: int, r_star: int | None, kappa: float, lambda_max: float, as_printed: bool) -> go.Figure:
-    """Theorem 4.3(ii)'s three bounds over every r* < d, r* marked when it is valid."""
+def dca_gains_figure(d: int, r_star: int | None, kappa: float, lambda_max: float,
+                     as_printed: bool) -> tuple[go.Figure, str]:
+    """Theorem 4.3(ii)'s three bounds over every r* < d, r* marked when it is valid; and a note on how close G2
+    and G3 are (G3 is drawn dashed over G2, which it nearly covers)."""
     ranks = np.arange(d)
     gains = theory.gain_lower_bounds(d, ranks, kappa * lambda_max, lambda_max, as_printed=as_printed)
     fig = plots.theory_curves(
@@ -95,24 +111,27 @@ def dca_gains_figure(d: int, r_star: int | None, kappa: float, lambda_max: float
         title=f"Theorem 4.3(ii): gain lower bounds vs collective rank "
               f"(d = {d}, κ = {kappa:g}, λmax = {lambda_max:g})",
         xlabel="collective rank r*", ylabel="lower bound on the gain G_k")
+    note = _overlap(fig, "G2 (GRN-v2)", "G3 (GRN-v3)", ranks, gains.g2, gains.g3, "r*")
     fig.add_hline(y=0, line_color="grey")
     if r_star is not None:
         _mark_x(fig, r_star, f"r* = {r_star}")
-    return fig
+    return fig, note
 
 
-def dca_thresholds_figure(d: int, r_star: int | None, kappa: float, as_printed: bool) -> go.Figure:
-    """Theorem 4.3(i)'s thresholds (4.1)-(4.3) over kappa in [0, 1], with the chosen kappa and r* marked."""
+def dca_thresholds_figure(d: int, r_star: int | None, kappa: float, as_printed: bool) -> tuple[go.Figure, str]:
+    """Theorem 4.3(i)'s thresholds (4.1)-(4.3) over kappa in [0, 1], with the chosen kappa and r* marked; and a
+    note on how close (4.2) and (4.3) are ((4.3) is drawn dashed over (4.2), which it nearly covers)."""
     kappas = np.linspace(0.0, 1.0, 101)
     limits = theory.rank_thresholds(d, kappas, as_printed=as_printed)
     fig = plots.theory_curves(
         kappas, {"(4.1) GRN-v1": limits.grn_v1, "(4.2) GRN-v2": limits.grn_v2, "(4.3) GRN-v3": limits.grn_v3},
         title=f"Theorem 4.3(i): largest r* at which each GRN beats ResNet's trade-off (d = {d})",
         xlabel="κ = λmin / λmax", ylabel="rank threshold (units of r*)")
+    note = _overlap(fig, "(4.2) GRN-v2", "(4.3) GRN-v3", kappas, limits.grn_v2, limits.grn_v3, "κ")
     _mark_x(fig, kappa, f"κ = {kappa:g}")
     if r_star is not None:
         fig.add_hline(y=r_star, line_dash="dot", annotation_text=f"r* = {r_star}")
-    return fig
+    return fig, note
 
 
 def figure5_panel(x, g1_rows, g2_rows, dims, title: str, xlabel: str) -> go.Figure:
@@ -158,8 +177,10 @@ def dca_tab() -> None:
     st.latex(r"G_2 \ge (d-r_*)\lambda_{\min}^2 - (\sqrt{1+r_*}-1)^2(\lambda_{\max}^2-\lambda_{\min}^2)")
     st.latex(r"G_3 \ge (d-\epsilon-r_*)\lambda_{\min}^2 + \tfrac{\epsilon}{2}\lambda_{\max}^2"
              r" - (\sqrt{1.6+r_*}-1)^2(\lambda_{\max}^2-\lambda_{\min}^2),\quad \epsilon = \frac{1}{" + constant + "}")
-    show(dca_gains_figure(d, marked, kappa, lambda_max, as_printed), key="theory-dca-gains",
-         name="dca-gain-bounds")
+    gains_fig, gains_note = dca_gains_figure(d, marked, kappa, lambda_max, as_printed)
+    show(gains_fig, key="theory-dca-gains", name="dca-gain-bounds")
+    if gains_note:
+        st.caption(gains_note)
 
     xi = r"\frac{1}{\pi(d^2-1)}" if as_printed else r"\frac{1}{\pi(d+2)(d-1)}"
     st.latex(r"\frac{r_*}{d} \le \bigl(1+\kappa(\sqrt{\kappa^2+1}-\kappa)\bigr)^2-1 \;(4.1),\qquad"
@@ -170,8 +191,10 @@ def dca_tab() -> None:
                "(4.1) scales with d; (4.2) and (4.3) only with about √d, because GRN-v2/v3 pay d parameters per "
                "gate. G1 ≥ 0 exactly within (4.1) and G2 ≥ 0 exactly within (4.2); (4.3) is slightly more "
                "conservative than G3 ≥ 0.")
-    show(dca_thresholds_figure(d, marked, kappa, as_printed), key="theory-dca-thresholds",
-         name="dca-rank-thresholds")
+    thresholds_fig, thresholds_note = dca_thresholds_figure(d, marked, kappa, as_printed)
+    show(thresholds_fig, key="theory-dca-thresholds", name="dca-rank-thresholds")
+    if thresholds_note:
+        st.caption(thresholds_note)
 
     st.subheader("Figure 5, recomputed")
     st.caption("The paper's settings (the figure's dimensions are not in the text; these are explorer's choice). "

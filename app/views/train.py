@@ -43,18 +43,23 @@ st.caption("Pick data, an architecture, a residual topology and an initialisatio
 
 # ---- the experiment, from the URL or the form --------------------------------------------------
 def load_from_url() -> None:
-    """Open the experiment a link names (a spec in the query, or ?preset=NAME); keep the form otherwise."""
+    """Open the experiment a link names (a spec in the query, or ?preset=NAME with any field changed on top,
+    e.g. ?preset=NAME&train.steps=500); keep the form otherwise."""
     query = {key: st.query_params[key] for key in st.query_params}
     if not query or query == st.session_state.get("url_written"):
         return
+    fields = {key: value for key, value in query.items() if key != "preset"}
     try:
-        spec = explorer.preset(query["preset"]) if "preset" in query else explorer.ExperimentSpec.from_query(query)
+        base = explorer.preset(query["preset"]) if "preset" in query else None
+        spec = explorer.ExperimentSpec.from_query(fields, base=base)
     except SpecError as error:
         st.error(f"This link's experiment is not valid: {messages.spec_error(error)}. "
                  "The form shows the last valid set-up instead.", icon=":material/link_off:")
         st.session_state["url_written"] = query
         return
     spec_form.load_into_widgets(spec)
+    if "preset" in query:  # the sidebar says which preset the form started from, and whether it was changed
+        st.session_state["train-loaded-preset"] = query["preset"]
     st.session_state["url_written"] = None
 
 
@@ -226,9 +231,14 @@ def live_view() -> None:
     else:
         buttons[1].button("Pause", key="train-pause", icon=":material/pause:", disabled=not active,
                           on_click=job.pause if job else None)
-    buttons[2].button("Step", key="train-step", icon=":material/skip_next:", disabled=not paused,
-                      on_click=job.step if job else None,
-                      help="While paused: train to the next logged step (train.log_every steps).")
+    # a paused run holds at a logged step, so Step trains one logging interval, not one optimiser step
+    shown_spec = job.spec if job else spec
+    interval = shown_spec.train.log_every if shown_spec is not None else None
+    buttons[2].button(f"Step +{interval}" if interval else "Step", key="train-step", icon=":material/skip_next:",
+                      disabled=not paused, on_click=job.step if job else None,
+                      help=f"While paused: train one logging interval, {interval or 'train.log_every'} optimiser "
+                           "step(s) (train.log_every), to the next logged step, then pause again. Pause and Step act "
+                           "at logged steps only: lower train.log_every for finer steps.")
     buttons[3].button("Stop", key="train-stop", icon=":material/stop:", disabled=not active,
                       on_click=job.stop if job else None)
     buttons[4].button("Reset", key="train-reset", icon=":material/restart_alt:", disabled=view is None,
@@ -259,16 +269,50 @@ def show_status(view, feed: live_feed.Link | None) -> None:
         st.info(f"Queued: {running} run(s) are training on this server (limit {caps.max_jobs}, EXPLORER_MAX_JOBS); "
                 f"this one is number {view.queue_position} in line.", icon=":material/hourglass_top:")
     elif view.status == "diverged":
+        diagnosis = run_diagnosis(view)
+        why = messages.escape(diagnosis.explain(view)) if isinstance(diagnosis, explorer.Diagnosis) else diagnosis
         st.warning(f"**Diverged at step {view.diverged_at}**: the loss became non-finite or grew past "
                    f"train.diverge_factor times its first value. That is a result, not an error: the charts show "
-                   f"the run up to there. Try a smaller learning rate, a smaller tau, or another init.",
-                   icon=":material/trending_up:")
+                   f"the run up to there. {why}", icon=":material/trending_up:")
+        show_diagnosis(diagnosis)
     elif view.status == "error":
         st.error(f"The run failed: {messages.escape(view.error)}", icon=":material/error:")
     elif view.status == "finished":
         final = view.history[-1] if view.history else {}
         shown = " · ".join(f"{k} {v:.4g}" for k, v in final.items() if k not in ("step", "time"))
         st.success(f"Finished {view.steps_done} steps: {shown}", icon=":material/check_circle:")
+        if explorer.diagnosis.outcome(view).stalled:
+            diagnosis = run_diagnosis(view)
+            why = messages.escape(diagnosis.explain(view)) if isinstance(diagnosis, explorer.Diagnosis) else diagnosis
+            st.warning(f"**Stalled**: the loss ended within {1 - explorer.diagnosis.STALL_FRACTION:.0%} of its first "
+                       f"value. {why}", icon=":material/trending_flat:")
+            show_diagnosis(diagnosis)
+
+
+def run_diagnosis(view):
+    """The ended run's diagnosis (explorer.diagnose at initialisation), computed once per run and kept in the
+    session; a text saying why where it cannot be computed."""
+    job = current_job()
+    key = (getattr(job, "id", None), view.run_id)
+    cached = st.session_state.get("train-diagnosis")
+    if cached is None or cached[0] != key:
+        try:
+            found = explorer.diagnose(job.spec)
+        except Exception as error:  # noqa: BLE001  (the run's own result matters more than its diagnosis)
+            found = f"No diagnosis: it could not be computed ({messages.escape(type(error).__name__)}: " \
+                    f"{messages.escape(str(error).splitlines()[0][:200] if str(error) else '')})."
+        cached = st.session_state["train-diagnosis"] = (key, found)
+    return cached[1]
+
+
+def show_diagnosis(diagnosis) -> None:
+    """The papers' quantities measured on this model, against their predictions."""
+    if not isinstance(diagnosis, explorer.Diagnosis):
+        return
+    with st.expander("Diagnosis", icon=":material/troubleshoot:"):
+        st.caption("What the papers' theories speak about, measured on this model at initialisation (built with "
+                   "the run's seed), against each theory's prediction.")
+        st.dataframe(diagnosis.table(), hide_index=True)
 
 
 def empty_loss_chart() -> None:

@@ -24,13 +24,14 @@ import numpy as np
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from explorer import plots
+from explorer import budget, plots
 from explorer.nn.blocks import MLPBlock
 from explorer.nn.transformer import Attention, TransformerBlock
-from explorer.probes.core import PROBES
+from explorer.probes.core import NONFINITE, PROBES, jacobian_chunk, mark_undefined, undefined_note
 from explorer.registries import Param, SpecError
 
 EXACT_LIMIT = 20_000_000  # entries of a Jacobian formed exactly
+EXACT_ROWS = 4096  # rows of a Jacobian formed exactly: each is one backward pass through the stack
 
 
 def lanczos_ritz_values(matvec, dim: int, iterations: int, generator: torch.Generator | None = None,
@@ -58,38 +59,78 @@ def lanczos_ritz_values(matvec, dim: int, iterations: int, generator: torch.Gene
 
 def kappa(singular_values: np.ndarray, rtol: float) -> tuple[float, int]:
     """(sigma_max / smallest sigma above rtol * sigma_max, how many are above): the condition number on the
-    Jacobian's range. Exact zeros (a LayerNorm's invariances, fewer rows than parameters) are left out."""
+    Jacobian's range. Exact zeros (a LayerNorm's invariances, fewer rows than parameters) are left out. A zero
+    Jacobian has an empty range: (NaN, 0)."""
     sv = np.sort(np.asarray(singular_values, dtype=float))[::-1]
-    if not sv.size or sv[0] <= 0:
-        return math.inf, 0
+    if not sv.size or not sv[0] > 0:
+        return math.nan, 0
     kept = sv[sv > rtol * sv[0]]
     return float(kept[0] / kept[-1]), int(kept.size)
 
 
 def _kappa_of(f, primal: torch.Tensor, out_dim: int, method: str, iterations: int, rtol: float, seed: int) -> dict:
-    """Singular values (exact: all; Lanczos: the Ritz estimates) and kappa of the Jacobian of f at primal (1-d)."""
+    """Singular values (exact: all; Lanczos: the Ritz estimates) and kappa of the Jacobian of f at primal (1-d);
+    `why` says why kappa is undefined ("" when it is defined)."""
     p = primal.numel()
-    if method == "exact" or (method == "auto" and out_dim * p <= EXACT_LIMIT):
-        jac = torch.func.jacrev(f)(primal).detach().reshape(out_dim, p).double()
-        sv = torch.linalg.svdvals(jac).numpy()
-        k, rank = kappa(sv, rtol)
-        return {"singular_values": sv, "kappa": k, "rank": rank, "exact": True}
+    exact = method == "exact" or (method == "auto" and out_dim * p <= EXACT_LIMIT and out_dim <= EXACT_ROWS)
+    if exact and out_dim > EXACT_ROWS:
+        raise SpecError("probe.method", f"forming this Jacobian exactly takes {out_dim:,} backward passes (one per "
+                                        f"row; at most {EXACT_ROWS:,} are run); use method=lanczos or auto, or "
+                                        "fewer max_inputs")
+    if exact:
+        jac = torch.func.jacrev(f, chunk_size=jacobian_chunk(f, primal))(primal).detach().reshape(out_dim, p).double()
+        sv = torch.linalg.svdvals(jac).cpu().numpy() if torch.isfinite(jac).all() else None
+    else:
+        _check_lanczos_memory(min(iterations, p, out_dim), min(p, out_dim))
+        sv = _lanczos_singular_values(f, primal, out_dim, iterations, seed)
+    if sv is None:
+        return {"singular_values": np.full(min(out_dim, p), np.nan), "kappa": math.nan, "rank": math.nan,
+                "exact": exact, "why": f"the Jacobian holds {NONFINITE}"}
+    k, rank = kappa(sv, rtol)
+    why = "" if rank else "the Jacobian is zero (rank 0): a condition number on its range is undefined"
+    return {"singular_values": sv, "kappa": k, "rank": rank, "exact": exact, "why": why}
+
+
+def _lanczos_singular_values(f, primal: torch.Tensor, out_dim: int, iterations: int, seed: int) -> np.ndarray | None:
+    """The Ritz estimates of the Jacobian's singular values (descending), from Lanczos on the smaller Gram
+    matrix; None when the Jacobian products are not finite (a diverged model)."""
+    p = primal.numel()
     gen = torch.Generator().manual_seed(seed)
     _, vjp_fn = torch.func.vjp(f, primal)
 
-    def jvp(v):
-        return torch.func.jvp(f, (primal,), (v.to(primal.dtype),))[1].detach().double()
+    def jvp(v):  # Lanczos keeps its vectors on the CPU, in float64
+        return _finite_or_raise(torch.func.jvp(f, (primal,), (v.to(primal),))[1].detach().double().cpu())
 
     def vjp(u):
-        return vjp_fn(u.to(primal.dtype))[0].detach().double()
+        return _finite_or_raise(vjp_fn(u.to(primal))[0].detach().double().cpu())
 
-    if p <= out_dim:
-        ritz = lanczos_ritz_values(lambda v: vjp(jvp(v)), p, iterations, gen)
-    else:
-        ritz = lanczos_ritz_values(lambda u: jvp(vjp(u)), out_dim, iterations, gen)
-    sv = np.sqrt(np.clip(ritz[::-1], 0.0, None))
-    k, rank = kappa(sv, rtol)
-    return {"singular_values": sv, "kappa": k, "rank": rank, "exact": False}
+    try:
+        if p <= out_dim:
+            ritz = lanczos_ritz_values(lambda v: vjp(jvp(v)), p, iterations, gen)
+        else:
+            ritz = lanczos_ritz_values(lambda u: jvp(vjp(u)), out_dim, iterations, gen)
+    except (_NonFinite, np.linalg.LinAlgError):
+        return None
+    return np.sqrt(np.clip(ritz[::-1], 0.0, None))
+
+
+class _NonFinite(ArithmeticError):
+    """A Jacobian product came out non-finite (raised inside Lanczos, caught by its caller)."""
+
+
+def _finite_or_raise(value: torch.Tensor) -> torch.Tensor:
+    if not torch.isfinite(value).all():
+        raise _NonFinite
+    return value
+
+
+def _check_lanczos_memory(steps: int, dim: int) -> None:
+    """SpecError when the Lanczos basis (steps + 1 vectors of dim doubles) would not fit the model memory cap."""
+    needed, cap = 8 * (steps + 1) * dim, budget.caps().max_model_mb * budget.MB
+    if needed > cap:
+        raise SpecError("probe.iterations", f"{steps} Lanczos iterations on a Jacobian of {dim:,} columns keep "
+                                            f"{needed / budget.MB:,.0f} MB of vectors, above the {cap // budget.MB} MB "
+                                            "limit (EXPLORER_MAX_MODEL_MB); lower iterations")
 
 
 def _sub_block(model, block: int, part: str) -> tuple[torch.nn.Module, str]:
@@ -137,7 +178,8 @@ def _sub_block(model, block: int, part: str) -> tuple[torch.nn.Module, str]:
 )
 def param_jacobian(model, inputs, block, part, max_inputs, method, iterations, rtol):
     """param_singular_values, param_kappa, param_rank of J_l; input_singular_values, input_kappa, input_rank of
-    K_l (first input); exact: 1 where formed exactly, 0 where estimated by Lanczos (J_l, K_l)."""
+    K_l (first input); exact: 1 where formed exactly, 0 where estimated by Lanczos (J_l, K_l). A Jacobian that is
+    not finite (a diverged run) has NaN for all three; a zero one (rank 0) has a NaN kappa."""
     module, prefix = _sub_block(model, block, part)
     x = inputs[:max_inputs]
     with torch.no_grad():
@@ -152,13 +194,19 @@ def param_jacobian(model, inputs, block, part, max_inputs, method, iterations, r
 
     def stack_of_params(theta):
         pieces = dict(zip([f"{prefix}.{n}" for n in names], (c.view_as(p) for c, p in zip(theta.split(sizes), params))))
-        return torch.func.functional_call(stack, pieces, (x0,)).reshape(-1)
+        # x0 + 0 joins the transform: a topology takes its fast path (an autograd.Function, which torch.func cannot
+        # differentiate) unless its input is a torch.func tensor
+        x = x0 + torch.zeros_like(theta[:1])
+        return torch.func.functional_call(stack, pieces, (x,)).reshape(-1)
 
     captured = []
-    hook = module.register_forward_pre_hook(lambda m, args: captured.append(args[0][:1].detach()))
-    with torch.no_grad():
-        out_dim = model.stack(x0).numel()
-    hook.remove()
+    hook = module.register_forward_pre_hook(
+        lambda m, args, kwargs: captured.append((args[0] if args else kwargs["x"])[:1].detach()), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            out_dim = model.stack(x0).numel()
+    finally:
+        hook.remove()
     sub_input = captured[0]
 
     def sub_block(v):
@@ -167,10 +215,16 @@ def param_jacobian(model, inputs, block, part, max_inputs, method, iterations, r
     with sdpa_kernel(SDPBackend.MATH):
         j = _kappa_of(stack_of_params, flat, out_dim, method, iterations, rtol, seed=0)
         k = _kappa_of(sub_block, sub_input.reshape(-1), sub_input.numel(), method, iterations, rtol, seed=1)
+    undefined = {}
+    for key, part in (("param", j), ("input", k)):
+        if part["why"]:
+            undefined[f"{key}_kappa"] = part["why"]
+            if math.isnan(part["rank"]):
+                undefined.update({f"{key}_singular_values": part["why"], f"{key}_rank": part["why"]})
     return {"param_singular_values": j["singular_values"], "param_kappa": np.array(j["kappa"]),
-            "param_rank": np.array(j["rank"]), "input_singular_values": k["singular_values"],
-            "input_kappa": np.array(k["kappa"]), "input_rank": np.array(k["rank"]),
-            "exact": np.array([int(j["exact"]), int(k["exact"])])}
+            "param_rank": np.array(j["rank"], dtype=np.float64), "input_singular_values": k["singular_values"],
+            "input_kappa": np.array(k["kappa"]), "input_rank": np.array(k["rank"], dtype=np.float64),
+            "exact": np.array([int(j["exact"]), int(k["exact"])]), **mark_undefined(undefined)}
 
 
 @plots.figure_for("param-jacobian")
@@ -178,4 +232,4 @@ def param_jacobian_figures(r, head):
     """The parameter- and input-Jacobian spectra of the sub-block, both condition numbers in the title."""
     curves = {"parameter Jacobian": r["param_singular_values"], "input Jacobian": r["input_singular_values"]}
     return [plots.spectra(curves, f"{head}sub-block Jacobian spectra (κ params {float(r['param_kappa']):.3g}, "
-                                  f"κ input {float(r['input_kappa']):.3g})")]
+                                  f"κ input {float(r['input_kappa']):.3g})" + undefined_note(r))]

@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from explorer import plots
+from explorer import budget, plots
 from explorer.data import loss_function
 from explorer.nn.base import WEIGHT_ROLES, Stack, roles
 from explorer.nn.transformer import Attention
-from explorer.probes.core import PROBES
+from explorer.probes.core import NONFINITE, PROBES, jacobian_chunk, mark_undefined, undefined_note, which
 from explorer.registries import Param, SpecError
+from explorer.topology.base import Coefficients
 
 
 def stacks(model: nn.Module) -> list[Stack]:
@@ -21,10 +24,10 @@ def stacks(model: nn.Module) -> list[Stack]:
     stack = getattr(model, "stack", None)
     if isinstance(stack, Stack):
         return [stack]
-    if stack is not None and hasattr(stack, "stacks"):
+    if stack is not None and hasattr(stack, "stacks") and stack.stacks:
         return list(stack.stacks)
-    raise SpecError("probe", f"{type(model).__name__} has no block stack (model.stack); "
-                             "probe a model built by explorer.build")
+    raise SpecError("probe", f"{type(model).__name__} has no block stack (model.stack; allconv has none); "
+                             "probe a model with residual blocks built by explorer.build")
 
 
 def block_labels(model: nn.Module) -> list[str]:
@@ -87,17 +90,57 @@ def jacobian(model, inputs, max_inputs, k, max_dim):
                                          f"Jacobian is {shape.numel():,} x {shape.numel():,} (minutes per input on a "
                                          f"CPU); raise max_dim to compute it anyway, or probe norms or param-jacobian")
 
+    needed, cap = 12 * len(x) * shape.numel() ** 2, budget.caps().max_model_mb * budget.MB  # float32 + float64 copy
+    if needed > cap:
+        raise SpecError("probe.max_inputs", f"{len(x)} Jacobians of {shape.numel():,} x {shape.numel():,} take about "
+                                            f"{needed / budget.MB:,.0f} MB, above the {cap // budget.MB} MB limit "
+                                            "(EXPLORER_MAX_MODEL_MB); lower max_inputs or max_dim")
+
     def f(flat):
         return model.stack(flat.view(1, *shape)).reshape(-1)
 
     # The math attention kernel is made of plain ops that vmap batches (the fused CPU kernel falls back to a loop).
     with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-        jac = torch.func.vmap(torch.func.jacrev(f))(x0.flatten(1))  # (n, out, in)
-        sv = torch.linalg.svdvals(jac.double())  # descending
+        chunk = jacobian_chunk(f, x0[0].flatten(), copies=len(x0))
+        jac = torch.func.vmap(torch.func.jacrev(f, chunk_size=chunk))(x0.flatten(1)).double()  # (n, out, in)
+    sv, reasons = _singular_values(jac, "input", "the Jacobian")
     chi = sv.pow(2).mean(-1)
     if k:
         sv = sv[:, :k]
-    return {"singular_values": sv, "chi": chi}
+    undefined = {key: reasons for key in ("singular_values", "chi")} if reasons else {}
+    return {"singular_values": sv, "chi": chi, **mark_undefined(undefined)}
+
+
+def _singular_values(matrices: torch.Tensor, item: str, what: str) -> tuple[torch.Tensor, str]:
+    """Singular values (descending) of each matrix of a batch (n, rows, cols), NaN for those that hold non-finite
+    values or whose SVD fails, and why those are undefined ("" when none is); `item` names one matrix of the
+    batch ("input") and `what` the matrices ("the Jacobian")."""
+    n = matrices.shape[0]
+    sv = torch.full((n, min(matrices.shape[1:])), float("nan"), dtype=matrices.dtype, device=matrices.device)
+    ok = torch.isfinite(matrices).flatten(1).all(1)
+    failed = []
+    if ok.any():
+        try:
+            sv[ok] = torch.linalg.svdvals(matrices[ok])
+        except torch.linalg.LinAlgError:  # one matrix that does not converge fails the batch: try them one by one
+            for i in ok.nonzero().flatten().tolist():
+                try:
+                    sv[i] = torch.linalg.svdvals(matrices[i])
+                except torch.linalg.LinAlgError:
+                    failed.append(i)
+    reasons = []
+    if not ok.all():
+        reasons.append(f"{which((~ok).nonzero().flatten().tolist(), n, item)}: {what} holds {NONFINITE}")
+    if failed:
+        reasons.append(f"{which(failed, n, item)}: the SVD of {what} did not converge")
+    return sv, "; ".join(reasons)
+
+
+def _mean(values) -> float:
+    """Mean of the entries that are not NaN (NaN when none is), without numpy's empty-slice warning."""
+    values = np.asarray(values, dtype=float)
+    kept = values[~np.isnan(values)]
+    return float(kept.mean()) if kept.size else math.nan
 
 
 @plots.figure_for("jacobian")
@@ -105,7 +148,8 @@ def jacobian_figures(r, head):
     """The spectra of the first four inputs' Jacobians, the mean chi in the title."""
     sv = r["singular_values"]
     curves = {f"input {i}": sv[i] for i in range(min(4, len(sv)))}
-    return [plots.spectra(curves, f"{head}input-output Jacobian spectrum (mean χ = {r['chi'].mean():.4g})")]
+    return [plots.spectra(curves, f"{head}input-output Jacobian spectrum (mean χ = {_mean(r['chi']):.4g})"
+                                  + undefined_note(r))]
 
 
 # --------------------------------------------------------------------------------------
@@ -127,28 +171,50 @@ def _rank(s: np.ndarray, shape: tuple[int, int], eps: float, tol: float) -> int:
 )
 def weights(model, inputs, tol):
     """Per weight matrix (conv kernels as (out, in*kh*kw)): its spectrum and rank, and the rank of
-    theta - I for square ones (NaN otherwise), which tells an identity-like init from a learnt one."""
-    names, shapes, spectra, ranks, residual = [], [], [], [], []
+    theta - I for square ones (NaN otherwise), which tells an identity-like init from a learnt one.
+    nonfinite counts each matrix's non-finite entries (a diverged run): its spectrum and ranks are NaN."""
+    names, shapes, spectra, ranks, residual, nonfinite, failed = [], [], [], [], [], [], []
     for name, p in _weights(model):
         w = _matrix(p).cpu().numpy()
         eps = np.finfo(w.dtype).eps
-        s = np.linalg.svd(w, compute_uv=False)
         names.append(name)
         shapes.append(w.shape)
-        spectra.append(s.astype(np.float64))
-        ranks.append(_rank(s, w.shape, eps, tol))
-        if w.shape[0] == w.shape[1]:
-            r = w - np.eye(w.shape[0], dtype=w.dtype)
-            residual.append(_rank(np.linalg.svd(r, compute_uv=False), r.shape, eps, tol))
-        else:
-            residual.append(np.nan)
+        bad = int((~np.isfinite(w)).sum())
+        nonfinite.append(bad)
+        try:
+            s = np.linalg.svd(w, compute_uv=False) if not bad else None
+            r = w - np.eye(w.shape[0], dtype=w.dtype) if w.shape[0] == w.shape[1] and not bad else None
+            rs = np.linalg.svd(r, compute_uv=False) if r is not None else None
+            if not all(np.isfinite(v).all() for v in (s, rs) if v is not None):
+                raise np.linalg.LinAlgError("the singular values overflowed")
+        except np.linalg.LinAlgError:
+            failed.append(name)
+            s = rs = None
+        spectra.append(s.astype(np.float64) if s is not None else np.full(min(w.shape), np.nan))
+        ranks.append(_rank(s, w.shape, eps, tol) if s is not None else np.nan)
+        residual.append(_rank(rs, r.shape, eps, tol) if rs is not None else np.nan)
     width = max((len(s) for s in spectra), default=0)
     padded = np.full((len(spectra), width), np.nan)
     for row, s in enumerate(spectra):
         padded[row, :len(s)] = s
+    reasons = []
+    diverged = [name for name, bad in zip(names, nonfinite) if bad]
+    if diverged:
+        reasons.append(f"{_listed(diverged, len(names), 'matrix', 'matrices')} hold {NONFINITE}")
+    if failed:
+        reasons.append(f"the SVD of {_listed(failed, len(names), 'matrix', 'matrices')} did not converge or "
+                       "overflowed")
+    why = "; ".join(reasons)
     return {"names": np.array(names, dtype=str), "shapes": np.array(shapes, dtype=np.int64).reshape(-1, 2),
-            "singular_values": padded, "rank": np.array(ranks, dtype=np.int64),
-            "residual_rank": np.array(residual, dtype=np.float64)}
+            "singular_values": padded, "rank": np.array(ranks, dtype=np.float64),
+            "residual_rank": np.array(residual, dtype=np.float64), "nonfinite": np.array(nonfinite, dtype=np.int64),
+            **mark_undefined({key: why for key in ("singular_values", "rank", "residual_rank")} if why else {})}
+
+
+def _listed(names: list[str], of: int, one: str, many: str) -> str:
+    """"2 of 10 matrices (stack.blocks.0.inner.weight, ...)": how many, and the first few by name."""
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    return f"{len(names)} of {of} {one if of == 1 else many} ({shown})"
 
 
 @plots.figure_for("weights")
@@ -157,8 +223,9 @@ def weights_figures(r, head):
     names = [str(n) for n in r["names"]]
     curves = {n: r["singular_values"][i] for i, n in enumerate(names[:12])}
     full = r["shapes"].min(axis=1)
-    return [plots.spectra(curves, f"{head}weight spectra" + (" (first 12 matrices)" if len(names) > 12 else "")),
-            plots.rank_plot(names, r["rank"], full, f"{head}numerical rank of each weight matrix")]
+    note = undefined_note(r)
+    return [plots.spectra(curves, f"{head}weight spectra" + (" (first 12 matrices)" if len(names) > 12 else "") + note),
+            plots.rank_plot(names, r["rank"], full, f"{head}numerical rank of each weight matrix" + note)]
 
 
 # --------------------------------------------------------------------------------------
@@ -175,7 +242,8 @@ def norms(model, inputs):
     input_norm[j]: mean over examples of ||x||, x the (flattened) stream entering block j+1;
     relative_input_norm = input_norm / input_norm[0]; output_norm and relative_output_norm: the same for the block's
     output; output_std: the standard deviation of all entries of the block's output. labels: `block_labels`
-    (a Transformer at module level has two entries per block, its attention and its MLP).
+    (a Transformer at module level has two entries per block, its attention and its MLP). Where the stream
+    overflowed (a diverged run) the norms are NaN, as are the relative ones when block 1's norm is 0 or NaN.
     """
     blocks = [block for stack in stacks(model) for block in stack.blocks]
     stats = [None] * len(blocks)
@@ -184,7 +252,8 @@ def norms(model, inputs):
         def hook(module, args, output):
             x = args[0].detach().double()
             y = output.detach().double()
-            stats[j] = (x.flatten(1).norm(dim=1).mean(), y.flatten(1).norm(dim=1).mean(), y.std())
+            std = y.std() if y.numel() > 1 else torch.tensor(math.nan, dtype=torch.float64, device=y.device)
+            stats[j] = (x.flatten(1).norm(dim=1).mean(), y.flatten(1).norm(dim=1).mean(), std, y.numel() <= 1)
         return hook
 
     handles = [block.register_forward_hook(hook_for(j)) for j, block in enumerate(blocks)]
@@ -196,20 +265,40 @@ def norms(model, inputs):
             handle.remove()
     if any(s is None for s in stats):
         raise AssertionError("some blocks were not run by the forward pass")
-    input_norm = torch.stack([s[0] for s in stats])
-    output_norm = torch.stack([s[1] for s in stats])
-    return {"input_norm": input_norm, "relative_input_norm": input_norm / input_norm[0],
-            "output_norm": output_norm, "relative_output_norm": output_norm / output_norm[0],
-            "output_std": torch.stack([s[2] for s in stats]),
-            "labels": np.array(block_labels(model), dtype=str)}
+    single = [j for j, s in enumerate(stats) if s[3]]
+    found = {"input_norm": torch.stack([s[0] for s in stats]), "output_norm": torch.stack([s[1] for s in stats]),
+             "output_std": torch.stack([s[2] for s in stats])}
+    reasons = {}
+    for key, values in found.items():
+        bad = [j for j in (~torch.isfinite(values)).nonzero().flatten().tolist() if key != "output_std" or j not in single]
+        why = [f"{which(bad, len(values), 'block')}: the stream holds {NONFINITE}"] if bad else []
+        if key == "output_std" and single:
+            why.append(f"{which(single, len(values), 'block')}: the output holds a single number, which has no "
+                       "standard deviation")
+        if why:
+            reasons[key] = "; ".join(why)
+        values[~torch.isfinite(values)] = math.nan
+    for side in ("input", "output"):
+        norm = found[f"{side}_norm"]
+        first = float(norm[0])
+        found[f"relative_{side}_norm"] = norm / first if first > 0 else torch.full_like(norm, math.nan)
+        if not first > 0:
+            why = f"block 1's {side} has norm {'0' if first == 0 else 'NaN'}, so norms relative to it are undefined"
+            reasons[f"relative_{side}_norm"] = why + (f" ({NONFINITE})" if math.isnan(first) else "")
+        elif f"{side}_norm" in reasons:
+            reasons[f"relative_{side}_norm"] = reasons[f"{side}_norm"]
+    return {"input_norm": found["input_norm"], "relative_input_norm": found["relative_input_norm"],
+            "output_norm": found["output_norm"], "relative_output_norm": found["relative_output_norm"],
+            "output_std": found["output_std"], "labels": np.array(block_labels(model), dtype=str),
+            **mark_undefined(reasons)}
 
 
 @plots.figure_for("norms")
 def norms_figures(r, head):
     """The relative input and output norms by block, on a log axis."""
     curves = {"output ||y_l|| / ||x_0||": r["relative_output_norm"], "input ||in_l|| / ||x_0||": r["relative_input_norm"]}
-    return [plots.norms_by_layer(curves, f"{head}norms by block, relative to the embedded input", log_y=True,
-                                 labels=[str(n) for n in r["labels"]] if "labels" in r else None)]
+    return [plots.norms_by_layer(curves, f"{head}norms by block, relative to the embedded input" + undefined_note(r),
+                                 log_y=True, labels=[str(n) for n in r["labels"]] if "labels" in r else None)]
 
 
 # --------------------------------------------------------------------------------------
@@ -232,7 +321,8 @@ def infer_task(targets: torch.Tensor) -> str:
 def dead(model, inputs, task, targets):
     """Gradient of the task loss (explorer.data.loss_function) on `targets`, or without targets of
     the proxy loss 0.5 * mean(out^2); counted per weight matrix: entries exactly 0 and rows all 0.
-    Gradients come from torch.autograd.grad, so no .grad is written."""
+    Gradients come from torch.autograd.grad, so no .grad is written. A non-finite loss (a diverged run) has
+    no gradient that tells a dead weight from a live one: the counts are then NaN."""
 
     named = _weights(model)
     with torch.enable_grad():
@@ -240,24 +330,34 @@ def dead(model, inputs, task, targets):
         if targets is None:
             loss = 0.5 * out.pow(2).mean()
         else:
-            loss = loss_function(infer_task(targets) if task == "auto" else task)(out, targets)
+            chosen = infer_task(targets) if task == "auto" else task
+            try:
+                loss = loss_function(chosen)(out, targets)
+            except (RuntimeError, ValueError, IndexError) as error:  # targets of another shape or type
+                raise SpecError("probe.task", f"the {chosen} loss does not fit these targets "
+                                              f"({str(error).splitlines()[0][:120]}); use task=auto") from None
         grads = torch.autograd.grad(loss, [p for _, p in named], allow_unused=True)
+    undefined = {} if torch.isfinite(loss) else \
+        {key: f"the loss is {float(loss.detach())} (weights or activations overflowed: a diverged run), so no "
+              "gradient tells dead weights from live ones"
+         for key in ("dead_weights", "dead_rows")}
     dead_weights, total, rows = [], [], []
     for (_, p), g in zip(named, grads):
         g = torch.zeros_like(p) if g is None else g
         zero = _matrix(g) == 0
-        dead_weights.append(int(zero.sum()))
+        dead_weights.append(math.nan if undefined else int(zero.sum()))
         total.append(p.numel())
-        rows.append(int(zero.all(dim=1).sum()))
-    return {"names": np.array([n for n, _ in named], dtype=str), "dead_weights": np.array(dead_weights, dtype=np.int64),
-            "total_weights": np.array(total, dtype=np.int64), "dead_rows": np.array(rows, dtype=np.int64)}
+        rows.append(math.nan if undefined else int(zero.all(dim=1).sum()))
+    return {"names": np.array([n for n, _ in named], dtype=str), "dead_weights": np.array(dead_weights, dtype=np.float64),
+            "total_weights": np.array(total, dtype=np.int64), "dead_rows": np.array(rows, dtype=np.float64),
+            **mark_undefined(undefined)}
 
 
 @plots.figure_for("dead")
 def dead_figures(r, head):
     """The dead-weight fraction of each weight matrix."""
     return [plots.dead_weights([str(n) for n in r["names"]], r["dead_weights"], r["total_weights"],
-                               f"{head}dead weights (entries whose loss gradient is exactly 0)")]
+                               f"{head}dead weights (entries whose loss gradient is exactly 0)" + undefined_note(r))]
 
 
 # --------------------------------------------------------------------------------------
@@ -274,7 +374,8 @@ def attention(model, inputs):
     per Transformer block, so entry l of every array (0-based) is block l + 1's.
 
     kappa: torch.linalg.cond of each T x T map (rank collapse: large); diagonal: mean of the map's
-    diagonal (tokens attending to themselves); entropy: mean over rows of -sum p log p (nats).
+    diagonal (tokens attending to themselves); entropy: mean over rows of -sum p log p (nats). A layer whose map
+    is not finite (a diverged run) has NaN in all four.
     """
     layers = [m for m in model.modules() if isinstance(m, Attention)]
     if not layers:
@@ -299,15 +400,32 @@ def attention(model, inputs):
             handle.remove()
     a = torch.stack(maps)  # (layers, heads, T, T)
     plogp = torch.where(a > 0, a * a.clamp_min(1e-300).log(), torch.zeros_like(a))
-    return {"maps": a, "kappa": torch.linalg.cond(a), "diagonal": a.diagonal(dim1=-2, dim2=-1).mean(-1),
-            "entropy": -plogp.sum(-1).mean(-1)}
+    ok = torch.isfinite(a).flatten(1).all(1)  # per layer
+    kappa = torch.full(a.shape[:2], math.nan, dtype=a.dtype, device=a.device)
+    failed = []
+    for j in ok.nonzero().flatten().tolist():
+        try:
+            kappa[j] = torch.linalg.cond(a[j])
+        except torch.linalg.LinAlgError:
+            failed.append(j)
+    reasons = []
+    if not ok.all():
+        reasons.append(f"{which((~ok).nonzero().flatten().tolist(), len(a), 'block')}: the attention maps hold "
+                       f"{NONFINITE}")
+    undefined = dict.fromkeys(("maps", "kappa", "diagonal", "entropy"), "; ".join(reasons)) if reasons else {}
+    if failed:
+        reasons.append(f"{which(failed, len(a), 'block')}: the SVD of the attention maps did not converge")
+        undefined["kappa"] = "; ".join(reasons)
+    a = torch.where(ok[:, None, None, None], a, math.nan)
+    return {"maps": a, "kappa": kappa, "diagonal": a.diagonal(dim1=-2, dim2=-1).mean(-1),
+            "entropy": torch.where(ok[:, None], -plogp.sum(-1).mean(-1), math.nan), **mark_undefined(undefined)}
 
 
 @plots.figure_for("attention")
 def attention_figures(r, head):
     """The attention maps, blocks by heads, the mean condition number in the title."""
     return [plots.attention_maps(r["maps"], f"{head}attention maps (rows: blocks, columns: heads; "
-                                            f"mean κ = {np.nanmean(r['kappa']):.3g})")]
+                                            f"mean κ = {_mean(r['kappa']):.3g})" + undefined_note(r))]
 
 
 # --------------------------------------------------------------------------------------
@@ -323,18 +441,36 @@ def coefficients(model, inputs):
     strongest source, -inf where a source does not reach, NaN on an all-zero row (ANCRe Fig. 6).
     learnable: whether the topology has trained parameters (its `own` matrix is what was learned)."""
     topology = stacks(model)[0].topology
-    c = topology.coefficients()
-    magnitude = np.abs(c.unrolled)
+    try:
+        c = topology.coefficients()
+    except ValueError:  # a non-finite own matrix (a diverged run) fails the check that it is lower triangular
+        own = np.asarray(topology.own_matrix(), dtype=np.float64)
+        if np.isfinite(own).all():
+            raise
+        c = Coefficients(own, np.full_like(own, np.nan), topology.basis)
+    own, unrolled = (np.where(np.isfinite(m), m, np.nan) for m in (np.asarray(c.own), np.asarray(c.unrolled)))
+    magnitude = np.abs(unrolled)
     row_max = magnitude.max(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_ratio = np.log(magnitude / row_max)
-    result = {"own": c.own, "unrolled": c.unrolled, "log_ratio": log_ratio,
+    result = {"own": own, "unrolled": unrolled, "log_ratio": log_ratio,
               # learned coefficients (ANCRe, GRN, DCA, learnable tau): figures show `own` by default
               "learnable": np.array(any(p.requires_grad for p in topology.parameters())),
               "blocks": np.array(_topology_blocks(model, topology))}
+    undefined = {key: f"the topology's coefficients hold {NONFINITE}" for key, m in (("own", c.own),
+                 ("unrolled", c.unrolled)) if not np.isfinite(m).all()}
+    zero_rows = np.flatnonzero(np.nan_to_num(row_max[:, 0], nan=1.0) == 0).tolist()
+    reasons = [undefined["unrolled"]] if "unrolled" in undefined else []
+    if zero_rows:
+        reasons.append(f"{which(zero_rows, len(row_max), 'row')}: every coefficient is 0, so no source is the strongest")
+    if reasons:
+        undefined["log_ratio"] = "; ".join(reasons)
     if topology.input_dependent:
-        result.update(_input_dependent_weights(model, topology, inputs))
-    return result
+        weights = _input_dependent_weights(model, topology, inputs)
+        result.update(weights)
+        undefined.update({key: f"the mixing weights hold {NONFINITE}" for key, value in weights.items()
+                          if not np.isfinite(value).all()})
+    return {**result, **mark_undefined(undefined)}
 
 
 @plots.figure_for("coefficients")
@@ -343,7 +479,7 @@ def coefficients_figures(r, head):
     (`plots.coefficient_basis`)."""
     basis = plots.coefficient_basis(r)
     what = "learned coefficients (own basis)" if basis == "own" else "unrolled: who feeds whom"
-    return [plots.coefficient_heatmap(r[basis], f"{head}shortcut coefficients ({what})",
+    return [plots.coefficient_heatmap(r[basis], f"{head}shortcut coefficients ({what})" + undefined_note(r),
                                       log_ratio=basis == "log_ratio", blocks=r.get("blocks"))]
 
 

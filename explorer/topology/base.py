@@ -80,7 +80,7 @@ class Topology(nn.Module):
         size = self.n_blocks + 1
         scale = np.ones(size)
         scale[1:] = self.branch_scales().detach().cpu().double().numpy()
-        if np.triu(own).any():
+        if np.triu(np.nan_to_num(own, nan=0.0)).any():  # (NaN is true: a diverged topology is not a wrong one)
             raise ValueError("a state-basis topology mixes only earlier states: its own matrix must be strictly lower triangular")
         # (I - own) U = diag(scale), solved row by row as the stream computes it (x_j = s_j y_j + sum_i own[j, i] x_i):
         # exact zeros above the diagonal, where a general solver leaves round-off once coefficients are large.

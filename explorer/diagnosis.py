@@ -1,0 +1,407 @@
+"""A diagnosis of a run in the papers' own terms: what their theories speak about, measured on this model.
+
+    diagnosis = explorer.diagnose(spec, run=run)
+    diagnosis.quantities      # name, measured, predicted or threshold, paper and section, verdict
+    diagnosis.explain(run)    # one or two sentences when the run diverged or stalled
+
+Every quantity is measured on the model built from the spec with its seed (at initialisation, no training);
+with a run (or a model) the ones that make sense on trained weights are measured on its final weights too.
+A quantity's verdict says how it stands against its paper: "explains" (its rule accounts for the run's
+divergence or stall), "consistent" (measured as the theory predicts, or inside its bound), "differs" (outside
+the predicted range) or "n/a" (the paper predicts no number for this model). A run the rules do not account
+for is said to be unexplained, never given a cause.
+
+The rules, each from a paper's statement (texts in shared/papers/):
+
+* tau paper (Stability and Convergence Theory for Learning ResNet), Theorem 1 (Sec. 3.1) and Theorem 4
+  (Sec. 3.3, App. G), on its model h_l = relu(h_{l-1} + tau W_l h_{l-1}) (model mlp-resnet with the tau or the
+  cascaded topology, tau = 1): the forward process is bounded for tau <= 1/sqrt(L) and grows with depth
+  above it. The growth ||h_n|| / ||h_0|| over the n residual blocks is set against
+  `theory.predicted_norm_growth` (square roots of its bounds on the squared norm). The rule explains a
+  divergence when tau > 1/sqrt(L) and the measured growth exceeds the most the bounded regime allows, the
+  upper bound at tau = 1/sqrt(L).
+* IDInit, Sec. 2 (Dynamical Isometry, Eq. 2): chi, the mean squared singular value of the block stack's
+  input-output Jacobian; chi > 1 is the chaotic phase (gradients explode), chi < 1 the ordered one (they
+  vanish). Reported with the phase; it explains nothing on its own (a residual stack has chi > 1 whenever its
+  stream grows), so no rule reads it.
+* Cutting the Skip, Proposition 1 (Sec. 5.2): for a ViT, the attention maps' condition number kappa against
+  the proposition's diffuse-rows bound kappa >~ tau / Delta (Delta: the logits' largest row range, read from
+  the maps as log-probabilities, which keep every row's range). On a skipless Transformer (the paper's
+  subject) a stall or divergence is explained when the logits are diffuse (Delta < 1, the softmax
+  temperature being 1 here: the proposition's Delta << tau), the regime the paper names the main cause of an
+  ill-conditioned attention Jacobian; the fix is its Eq. 11 init, W_Q W_K^T = alpha Z + beta I. A GPT's causal
+  maps are reported without the bound (the proposition treats full rows).
+* ANCRe, Theorems 3.2 and 3.3 (Sec. 3.2, App. B.4) on the linear networks of its case study (model linear
+  with the shortcuts or ancre topology): with the single shortcut 0:1 gradient flow converges no faster than
+  sublinearly (Omega(1/t^2)); with 0:K-1 (the input added to the last layer's input) it converges linearly.
+  The quantity is the coefficient mass of the shortcut from the input to each later layer, with the regime
+  it implies. No rule reads it: the theorems compare convergence rates, and a slow run on the sublinear
+  layout is as much its learning rate's doing, which they do not separate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from explorer import theory
+from explorer.data import loss_function
+from explorer.probes import probe
+from explorer.probes.probes import stacks
+from explorer.registries import SpecError
+from explorer.spec import ExperimentSpec
+from explorer.training import build
+
+__all__ = ["Diagnosis", "Quantity", "diagnose", "outcome"]
+
+STALL_FRACTION = 0.95  # stalled: the last logged loss is still at least this share of the first one
+INPUTS = 64  # validation examples the stream norms are measured on
+JACOBIAN_INPUTS = 4  # of those, the ones chi is computed on
+JACOBIAN_MAX_DIM = 512  # chi only for streams of at most this many numbers per example (a backward pass per number)
+TAU_PAPER = "tau paper (Stability and Convergence Theory for Learning ResNet)"
+TAU_PAPER_LR = 0.001  # its Figure 1's learning rate (Sec. 5.1)
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One measured quantity set against a paper: `measured` and `predicted` are short texts with the numbers,
+    `value` the measured number itself (NaN where undefined), `paper` names the paper and its section."""
+
+    name: str
+    measured: str
+    predicted: str
+    paper: str
+    verdict: str  # "explains", "consistent", "differs" or "n/a"
+    value: float = math.nan
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a run came to, read from a Run, a job's view or a stored run's record (`outcome`)."""
+
+    status: str
+    diverged_at: int | None
+    first_loss: float | None
+    last_loss: float | None
+
+    @property
+    def diverged(self) -> bool:
+        return self.status == "diverged"
+
+    @property
+    def stalled(self) -> bool:
+        """Not diverged, and the last logged loss is within (1 - STALL_FRACTION) of the first one."""
+        if self.diverged or self.first_loss is None or self.last_loss is None:
+            return False
+        if not (math.isfinite(self.first_loss) and math.isfinite(self.last_loss)) or self.first_loss <= 0:
+            return False
+        return self.last_loss >= STALL_FRACTION * self.first_loss
+
+    @property
+    def failed(self) -> bool:
+        return self.diverged or self.stalled
+
+
+def outcome(run: Any) -> Outcome:
+    """The outcome of `run`: an explorer.Run, anything with `status`, `diverged_at` and `history` attributes
+    (the app's job views) or a dict with those keys (a stored run's record)."""
+    get = run.get if isinstance(run, dict) else lambda key, default=None: getattr(run, key, default)
+    history = [row for row in (get("history") or []) if row.get("loss") is not None]
+    losses = [float(row["loss"]) for row in history]
+    return Outcome(str(get("status") or ""), get("diverged_at"), losses[0] if losses else None,
+                   losses[-1] if len(losses) > 1 else None)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """A rule that fires on this model: the sentence that explains a failure, what to try, and which failures."""
+
+    quantity: str
+    sentence: str
+    remedy: str
+    on: tuple[str, ...]  # "diverged", "stalled"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The quantities measured on one spec's model (see the module docstring) and the rules that fire on it."""
+
+    spec: ExperimentSpec
+    quantities: tuple[Quantity, ...]
+    rules: tuple[_Rule, ...] = ()
+    notes: tuple[str, ...] = ()  # settings that differ from a paper's, said when a run failed
+    run: Outcome | None = field(default=None, compare=False)
+
+    def quantity(self, name: str) -> Quantity | None:
+        """The quantity called `name`, or None when it does not apply to this model."""
+        return next((q for q in self.quantities if q.name == name), None)
+
+    def explanations(self, run: Any = None) -> list[_Rule]:
+        """The rules that explain `run`'s failure (the run diagnosed when None); empty when it did not fail."""
+        result = outcome(run) if run is not None else self.run
+        if result is None or not result.failed:
+            return []
+        kind = "diverged" if result.diverged else "stalled"
+        return [rule for rule in self.rules if kind in rule.on]
+
+    def explain(self, run: Any = None) -> str:
+        """One or two sentences on why `run` (a Run, a job view or a stored record; the run diagnosed when None)
+        diverged or stalled, with the numbers and the paper's section, and what to try; when no rule of the
+        papers explains it, says so and lists the generic suspects without naming a cause."""
+        result = outcome(run) if run is not None else self.run
+        if result is None:
+            return "No run given: nothing to explain (the quantities are measured at initialisation)."
+        if not result.failed:
+            return "The run neither diverged nor stalled: nothing to explain."
+        what = f"diverged at step {result.diverged_at}" if result.diverged else \
+            f"stalled (its loss went from {result.first_loss:.4g} to {result.last_loss:.4g})"
+        rules = self.explanations(run)
+        notes = " ".join(self.notes)
+        if rules:
+            text = " ".join(f"{rule.sentence} Try {rule.remedy}." for rule in rules[:2])
+            return text + (f" {notes}" if notes else "")
+        lr = self.spec.optim.params.get("lr")
+        suspects = f"the learning rate (lr = {lr:g}: try it 10x smaller)" if lr is not None else "the learning rate"
+        return (f"No rule of the papers explains why this run {what}: " + self._summary() +
+                f" Generic suspects, not a diagnosis: {suspects}, the batch size, the init's scale." +
+                (f" {notes}" if notes else ""))
+
+    def _summary(self) -> str:
+        shown = [f"{q.name} {q.measured} ({q.verdict})" for q in self.quantities if q.verdict != "n/a"]
+        return ("; ".join(shown) + ".") if shown else "none of their quantities applies to this model."
+
+    def table(self) -> list[dict[str, str]]:
+        """The quantities as rows (quantity, measured, predicted or threshold, paper, verdict) for a table."""
+        return [{"quantity": q.name, "measured": q.measured, "predicted / threshold": q.predicted,
+                 "paper": q.paper, "verdict": q.verdict} for q in self.quantities]
+
+
+def diagnose(spec: ExperimentSpec, run: Any = None, model: nn.Module | None = None, *,
+             jacobian: bool = True, inputs: int = INPUTS) -> Diagnosis:
+    """Measure the papers' quantities on `spec`'s model at initialisation (built with the spec's seed, on the
+    CPU), and on the final weights of `run` (an explorer.Run) or `model` when given. `run` may also be a job
+    view or a stored run's record: then only its outcome is read (for `Diagnosis.explain`).
+    jacobian=False leaves chi out (a backward pass per stream number: the slow part); streams of more than
+    JACOBIAN_MAX_DIM numbers per example get no chi either."""
+    if not isinstance(spec, ExperimentSpec):
+        raise SpecError("spec", f"expected an ExperimentSpec, got {type(spec).__name__}; pass explorer.preset(...) "
+                                "or ExperimentSpec.from_dict(...)")
+    initial, data = build(spec, device="cpu")
+    if model is None and run is not None and isinstance(getattr(run, "model", None), nn.Module):
+        model = run.model
+    x = data.x_val[:inputs]
+    quantities: list[Quantity] = []
+    rules: list[_Rule] = []
+    notes: list[str] = []
+    growth = _stream_growth(initial, x)
+    if growth is not None:
+        _tau_paper(spec, initial, growth, quantities, rules, notes)
+        if model is not None:
+            final = _stream_growth(model, x.to(_device(model)))
+            value = math.nan if final is None else final
+            quantities.append(Quantity("stream growth, final weights", _times(value),
+                                       "no closed form after training", TAU_PAPER + ", Sec. 3", "n/a", value))
+        if jacobian:
+            _chi(initial, x[:JACOBIAN_INPUTS], quantities)
+        _gradients(initial, data, spec, quantities, tau_model=spec.model.name == "mlp-resnet")
+    _attention(spec, initial, x, quantities, rules)
+    _ancre(spec, initial, quantities)
+    if model is not None:
+        _ancre(spec, model, quantities, "after training")
+    return Diagnosis(spec, tuple(quantities), tuple(rules), tuple(notes),
+                     outcome(run) if run is not None else None)
+
+
+# --------------------------------------------------------------------------------------
+# measurements
+# --------------------------------------------------------------------------------------
+def _device(model: nn.Module) -> torch.device:
+    first = next(model.parameters(), None)
+    return torch.device("cpu") if first is None else first.device
+
+
+@torch.no_grad()
+def stream_growth(model: nn.Module, x: torch.Tensor) -> float:
+    """||h_n|| / ||h_0|| of the block stack over a batch: sqrt(sum ||stack(h_0)||^2 / sum ||h_0||^2) with
+    h_0 = model.embed(x), the root of the squared-norm ratio the tau paper's theorems bound (NaN when it
+    is not finite)."""
+    was = model.training
+    model.eval()
+    try:
+        h0 = model.embed(x)
+        hn = model.stack(h0)
+    finally:
+        model.train(was)
+    ratio = float(hn.double().pow(2).sum().sqrt() / h0.double().pow(2).sum().sqrt())
+    return ratio if math.isfinite(ratio) else math.nan
+
+
+def _stream_growth(model: nn.Module, x: torch.Tensor) -> float | None:
+    if not (hasattr(model, "embed") and hasattr(model, "stack")):
+        return None
+    return stream_growth(model, x)
+
+
+def _times(value: float) -> str:
+    return "not finite" if not math.isfinite(value) else f"{value:.3g}x"
+
+
+def _tau_paper(spec, model, growth: float, quantities, rules, notes) -> None:
+    """The stream's growth against the tau paper's Theorems 1 and 4 (its own model only)."""
+    name = "stream growth ||h_n|| / ||h_0|| at init"
+    topology = stacks(model)[0].topology
+    section = spec.topology
+    applies = (spec.model.name == "mlp-resnet" and section.name in ("tau", "cascaded")
+               and section.params.get("placement", "branch") == "branch")
+    if not applies:
+        quantities.append(Quantity(name, _times(growth), "the tau paper's bounds hold for its MLP-ResNet with tau "
+                                   "or cascaded residuals only", TAU_PAPER + ", Theorems 1, 4", "n/a", growth))
+        return
+    depth = int(spec.model.params["depth"])
+    blocks = topology.n_blocks
+    tau = float(topology.branch_scales().mean())
+    g = _weight_variance(stacks(model)[0])
+    threshold = depth ** -0.5
+    predicted = theory.predicted_norm_growth(blocks, tau, weight_variance=g)
+    low, high = math.sqrt(predicted.lower[-1]), math.sqrt(predicted.upper[-1])
+    bounded = math.sqrt(theory.predicted_norm_growth(blocks, threshold, weight_variance=g).upper[-1])
+    inside = low * 0.5 <= growth <= high * 1.5  # a finite batch scatters about the expectation's bounds
+    quantities.append(Quantity(
+        name, _times(growth),
+        f"{low:.3g}x to {high:.3g}x for tau = {tau:.3g} over {blocks} blocks (at most {bounded:.3g}x for "
+        f"tau <= 1/sqrt(L) = {threshold:.2f})",
+        TAU_PAPER + ", Theorems 1 and 4 (Sec. 3.1, 3.3)", "consistent" if inside else "differs", growth))
+    quantities.append(Quantity("tau vs 1/sqrt(L)", f"tau = {tau:.3g}", f"threshold 1/sqrt({depth}) = {threshold:.3g}",
+                               TAU_PAPER + ", Sec. 3", "consistent" if tau <= threshold else "differs", tau))
+    if tau > threshold and (not math.isfinite(growth) or growth > bounded):
+        rules.append(_Rule(
+            name,
+            f"tau = {tau:.2f} at depth {depth} is above the tau paper's threshold 1/sqrt(L) = {threshold:.2f}: at "
+            f"initialisation the stream grew {_times(growth)} over its {blocks} residual blocks, where the paper "
+            f"bounds it for tau <= 1/sqrt(L) (Theorem 1, Sec. 3.1: at most {bounded:.3g}x here) and predicts growth "
+            f"without bound above it (Theorem 4, Sec. 3.3: {low:.3g}x to {high:.3g}x for this tau and L).",
+            f"tau = 1/sqrt(L) = {threshold:.2f} (the tau-fig1-1/sqrt(L) preset)", ("diverged", "stalled")))
+    lr = spec.optim.params.get("lr")
+    if spec.optim.name == "sgd" and lr is not None and not math.isclose(lr, TAU_PAPER_LR):
+        notes.append(f"The learning rate is a setting that matters here too: the paper's Figure 1 trains with lr "
+                     f"{TAU_PAPER_LR:g} (Sec. 5.1), this run with {lr:g}.")
+
+
+def _weight_variance(stack) -> float:
+    """g = fan_in x mean(W^2) over the residual branches' weights (2 for the paper's Kaiming N(0, 2/m))."""
+    values = [float(p.detach().double().pow(2).mean()) * p.shape[1]
+              for p in stack.blocks.parameters() if p.dim() == 2]
+    return float(np.mean(values)) if values else 2.0
+
+
+def _chi(model, x, quantities) -> None:
+    """IDInit's chi from the Jacobian probe (left out, with its reason, where the probe refuses the stream)."""
+    name = "chi (mean squared singular value of the stack's Jacobian)"
+    paper = "IDInit, Sec. 2 (Dynamical Isometry, Eq. 2)"
+    try:
+        result = probe(model, x, "jacobian", max_dim=JACOBIAN_MAX_DIM)
+    except SpecError as error:
+        quantities.append(Quantity(name, f"not computed: {error.message}", "1 (dynamical isometry)", paper, "n/a"))
+        return
+    chi = float(np.nanmean(result["chi"])) if np.isfinite(result["chi"]).any() else math.nan
+    phase = "not finite" if not math.isfinite(chi) else \
+        "chaotic phase: gradients grow" if chi > 1 else "ordered phase: gradients shrink" if chi < 1 else "critical"
+    quantities.append(Quantity(name, f"{chi:.4g} ({phase})", "1 (dynamical isometry); > 1 chaotic, < 1 ordered",
+                               paper, "n/a", chi))
+
+
+def _gradients(model, data, spec, quantities, tau_model: bool) -> None:
+    """The loss gradient's norm in each block on one training batch, at initialisation."""
+    blocks = [block for stack in stacks(model) for block in stack.blocks]
+    n = min(spec.train.batch_size, len(data.x_train))
+    x, y = data.x_train[:n], data.y_train[:n]
+    was = model.training
+    model.eval()
+    params = [list(block.parameters()) for block in blocks]
+    try:
+        with torch.enable_grad():
+            loss = loss_function(data.task)(model(x), y)
+            flat = [p for group in params for p in group]
+            grads = torch.autograd.grad(loss, flat, allow_unused=True)
+    finally:
+        model.train(was)
+    norms, k = [], 0
+    for group in params:
+        total = sum(float(g.double().pow(2).sum()) for g in grads[k:k + len(group)] if g is not None)
+        norms.append(math.sqrt(total))
+        k += len(group)
+    finite = [v for v in norms if math.isfinite(v)]
+    ratio = (max(finite) / min(finite)) if finite and min(finite) > 0 else math.nan
+    shown = ", ".join(f"{v:.3g}" for v in norms[:3]) + (" ... " + f"{norms[-1]:.3g}" if len(norms) > 3 else "")
+    predicted, paper = ("bounded for tau <= 1/sqrt(L) (Theorem 3)", TAU_PAPER + ", Sec. 3.2") if tau_model else \
+        ("no closed form for this model", "none")
+    quantities.append(Quantity("gradient norm by block at init", f"{shown} (max / min {ratio:.3g})", predicted, paper,
+                               "n/a", ratio))
+
+
+def _attention(spec, model, x, quantities, rules) -> None:
+    """Attention kappa against Cutting the Skip's Proposition 1 (Transformers only)."""
+    if spec.model.name not in ("gpt", "vit"):
+        return
+    paper = "Cutting the Skip, Proposition 1 (Sec. 5.2)"
+    result = probe(model, x[:1], "attention")
+    kappa = float(np.nanmedian(result["kappa"])) if np.isfinite(result["kappa"]).any() else math.nan
+    name = "attention kappa at init (median over blocks and heads)"
+    if spec.model.name == "gpt":
+        quantities.append(Quantity(name, f"{kappa:.3g}", "no bound for causal maps (the proposition treats full rows)",
+                                   paper, "n/a", kappa))
+        return
+    maps = np.asarray(result["maps"], dtype=float)  # (blocks, heads, T, T)
+    ranges, lower = [], []
+    with np.errstate(divide="ignore"):
+        for a in maps.reshape(-1, *maps.shape[-2:]):
+            logits = np.log(a)  # softmax logits up to a shift per row, which keeps every row's range
+            if not np.isfinite(logits).all():
+                continue
+            bounds = theory.softmax_condition_bounds(logits)
+            ranges.append(bounds.row_range)
+            lower.append(bounds.diffuse_lower)
+    if not ranges:
+        quantities.append(Quantity(name, f"{kappa:.3g}", "undefined: the maps underflow to 0", paper, "n/a", kappa))
+        return
+    delta, bound = float(np.median(ranges)), float(np.median(lower))
+    diffuse = delta < 1.0
+    quantities.append(Quantity(
+        name, f"{kappa:.3g} (logit row range Delta = {delta:.3g})",
+        f">= {bound:.3g} (diffuse rows: kappa >~ 1/Delta)" if diffuse else
+        "well-conditioned if the logits are diagonally dominant",
+        paper, "consistent" if not diffuse or kappa >= bound else "differs", kappa))
+    if diffuse and spec.topology.name == "skipless":
+        rules.append(_Rule(
+            name,
+            f"This skipless ViT starts with diffuse attention logits (row range Delta = {delta:.2g} < 1): by Cutting "
+            f"the Skip's Proposition 1 (Sec. 5.2) its attention maps are near-uniform and ill-conditioned "
+            f"(kappa = {kappa:.3g}, bound >~ {bound:.3g}), which the paper names the main cause of an "
+            f"ill-conditioned attention Jacobian without skips.",
+            "the paper's init W_Q W_K^T = alpha Z + beta I (Eq. 11; the skip-table1-skipless-init preset)",
+            ("diverged", "stalled")))
+
+
+def _ancre(spec, model, quantities, when: str = "at init") -> None:
+    """The input's shortcut mass on ANCRe's linear case study, against Theorems 3.2 and 3.3."""
+    if spec.model.name != "linear" or spec.topology.name not in ("shortcuts", "ancre"):
+        return
+    paper = "ANCRe, Theorems 3.2 and 3.3 (Sec. 3.2, App. B.4)"
+    own = np.asarray(stacks(model)[0].topology.coefficients().own, dtype=float)
+    k = own.shape[0] - 1  # layers
+    from_input = own[1:, 0]  # mass of the shortcut 0:j, j = 1..K
+    last = float(own[k - 1, 0]) if k >= 2 else math.nan
+    shown = ", ".join(f"0:{j} {v:.3g}" for j, v in enumerate(from_input, start=1))
+    only_first = from_input[0] > 0 and not (from_input[1:] > 0).any()
+    if k >= 2 and last > 0:
+        regime = f"linear rate (the 0:{k - 1} shortcut, Theorem 3.3)"
+    elif only_first:
+        regime = "sublinear, no faster than Omega(1/t^2) (only the 0:1 shortcut, Theorem 3.2)"
+    else:
+        regime = "not covered by the theorems (neither 0:1 alone nor 0:K-1)"
+    quantities.append(Quantity(f"input shortcut mass {when}", shown, regime, paper, "n/a", last))

@@ -1,0 +1,133 @@
+"""The memory budget (explorer.budget) against what training really takes, for every model and every optimizer
+entry.
+
+One child process imports explorer, builds every dataset once and trains a tiny spec of every model (so
+that lazy imports happen once); then each (model, optimizer) pair trains in a process forked from it.
+A forked process starts with its peak resident set equal to its current one, so its ru_maxrss growth over
+the run is what the run took: it first trains a tiny spec of the same model and optimizer (the code pages
+a first step touches, shared by every process, are not the spec's memory), reads ru_maxrss as its
+baseline, trains the spec and reads ru_maxrss again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import explorer
+from explorer import budget
+
+MB = 1_000_000
+# The estimate may be this many times what a run takes, plus FLOOR_MB. It counts the validation pass as if it
+# kept its activations for a backward pass and every convolution at the input's resolution (All-CNN's strided
+# layers work at a quarter and a sixteenth of it: about 6x over); a larger gap would refuse runs that fit.
+FACTOR = 8.0
+FLOOR_MB = 16  # a run of a few megabytes: the estimate's fixed parts (the data copy, the validation pass) dominate
+# One torch thread (a process forked from a multi-threaded OpenMP one can hang), and every allocation of 64 KiB or
+# more in its own mapping, returned when freed: what a run holds, whatever memory earlier runs left in malloc's
+# heap (with glibc's adaptive threshold a run may reuse it, or keep some of its own after freeing it).
+MEASURING = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_TRIM_THRESHOLD_": "65536"}
+
+ID = {"data.name": "identity", "data.dim": 128, "data.n_train": 2048, "data.n_val": 256}
+IMAGES = {"data.name": "shapes", "data.size": 16, "data.n_train": 1024, "data.n_val": 256}
+SIZES = {  # a small spec of each model: a second or less per step on one core, tens of megabytes
+    "linear": {**ID, "model.width": 128, "model.depth": 8},
+    "lowrank": {**ID, "model.width": 128, "model.depth": 8},
+    "mlp-resnet": {**ID, "model.width": 128, "model.depth": 8},
+    "mlp": {**ID, "model.width": 128, "model.depth": 8},
+    "resnet-cifar": {**IMAGES, "model.width": 8, "model.depth": 8},
+    "allconv": {**IMAGES, "topology.name": "none", "model.width": 16},
+    "gpt": {"data.name": "text", "data.max_chars": 40_000, "data.context": 32, "data.n_val": 64, "model.width": 32,
+            "model.depth": 2},
+    "vit": {**IMAGES, "model.width": 32, "model.depth": 2},
+}
+TRAIN = {"train.steps": 1, "train.log_every": 1, "train.batch_size": 256}  # a step between two validation passes
+
+
+def spec_of(model: str, optimizer: str) -> explorer.ExperimentSpec:
+    return explorer.ExperimentSpec.default().with_values({"model.name": model, **SIZES[model], **TRAIN,
+                                                          "optim.name": optimizer})
+
+
+def warm_up_of(spec: explorer.ExperimentSpec) -> explorer.ExperimentSpec:
+    """The same model and optimizer on two examples for one step (a full-batch optimizer's mini-batch twin:
+    gd is torch's SGD on the whole set)."""
+    mini = "sgd" if explorer.registry("optimizers")[spec.optim.name].info.full_batch else spec.optim.name
+    return spec.with_values({"optim.name": mini, "train.batch_size": 2, "train.steps": 1, "train.log_every": 1})
+
+
+CHILD = textwrap.dedent("""
+    import gc, json, os, resource, sys
+
+    import torch
+
+    torch.set_num_threads(1)
+    import explorer
+
+    def peak():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # kilobytes on Linux
+
+    jobs = [(label, explorer.ExperimentSpec.from_json(spec), explorer.ExperimentSpec.from_json(warm))
+            for label, spec, warm in json.loads(sys.stdin.read())]
+    warmed = set()
+    for _, spec, warm in jobs:  # every dataset into the cache, and each model's and optimizer's lazy imports
+        if not {spec.model.name, spec.optim.name} <= warmed:
+            explorer.train(warm)
+            warmed |= {spec.model.name, spec.optim.name}
+    gc.collect()
+    for label, spec, warm in jobs:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            explorer.train(warm)
+            gc.collect()  # the warm-up's optimizer and model, some held in reference cycles
+            with open("/proc/self/clear_refs", "w") as hwm:
+                hwm.write("5")  # the peak so far (the warm-up's) back to the current resident set
+            baseline = peak()
+            explorer.train(spec)
+            os.write(write, json.dumps([label, peak() - baseline]).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as answer:
+            text = answer.read()
+        _, status = os.waitpid(pid, 0)
+        print(text if status == 0 else json.dumps([label, f"the child exited with status {status}"]), flush=True)
+""")
+
+# Every model entry (with Adam: two states per weight) and every optimizer entry (on a dense and a Transformer
+# model): each entry's own memory is measured without the whole cross product's time.
+COMBINATIONS = sorted({(m, "adam") for m in explorer.registry("models")}
+                      | {(m, o) for m in ("mlp-resnet", "gpt") for o in explorer.registry("optimizers")})
+
+
+@pytest.fixture(scope="module")
+def measured() -> dict[str, int | str]:
+    """{"model/optimizer": bytes its run took, or why it could not run}."""
+    jobs = [(f"{m}/{o}", spec_of(m, o).to_json(), warm_up_of(spec_of(m, o)).to_json()) for m, o in COMBINATIONS]
+    done = subprocess.run([sys.executable, "-c", CHILD], input=json.dumps(jobs), capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **MEASURING})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(line) for line in done.stdout.splitlines() if line.startswith("["))
+
+
+def test_every_model_has_a_small_spec_here():
+    assert set(SIZES) == set(explorer.registry("models")), "give each model a small spec in SIZES"
+
+
+@pytest.mark.parametrize("model, optimizer", COMBINATIONS)
+def test_the_estimate_covers_what_a_run_takes(measured, model, optimizer):
+    spec = spec_of(model, optimizer)
+    took = measured[f"{model}/{optimizer}"]
+    assert isinstance(took, int), took
+    weights, activations = budget.model_bytes(spec)
+    estimate = weights + activations + budget.data_bytes(spec)  # train holds its own copy of the cached data
+    report = (f"estimated {estimate / MB:.1f} MB (weights and states {weights / MB:.1f}, activations "
+              f"{activations / MB:.1f}), the run took {took / MB:.1f} MB")
+    assert estimate >= took, report
+    assert estimate <= FACTOR * took + FLOOR_MB * MB, report
