@@ -300,3 +300,33 @@ def test_inside_probes_a_diverged_run_and_a_gpu_run_in_a_browser(tmp_path):
             if label == "diverged":  # its spectra are undefined, and their figures say why (Playwright's text
                 # search reaches into the charts' shadow roots)
                 page.get_by_text("undefined: singular_values", exact=False).first.wait_for(timeout=60_000)
+
+
+def test_the_tabs_of_one_browser_share_its_job_cap(tmp_path):
+    """EXPLORER_MAX_JOBS_PER_SESSION counts a browser's tabs together (Streamlit's per-browser XSRF cookie):
+    with a cap of 1, a second tab of the same browser is told "Not started", in one line, while its first tab
+    trains; another browser (a tab without the cookie, so with a token of its own) still trains."""
+    browsing = browser_driver()
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 4, "train.steps": 20000,
+                                                              "train.log_every": 50})
+    env = {"EXPLORER_MAX_JOBS_PER_SESSION": "1", "EXPLORER_MAX_JOBS": "2"}
+    with browsing.serve(tmp_path / "home", env=env) as base, browsing.browser(tmp_path / "profile") as page:
+        page.goto(browsing.train_page_url(base, spec))
+        browsing.wait_ready(page, 180_000)
+        page.locator(".st-key-train-start button").click()
+        page.locator(".st-key-train-stop button:enabled").first.wait_for(timeout=120_000)  # it trains
+        tab = page.context.new_page()
+        tab.goto(browsing.train_page_url(base, spec))
+        browsing.wait_ready(tab, 180_000)
+        tab.locator(".st-key-train-start button").click()
+        refusal = tab.get_by_text("Not started:", exact=False).first
+        refusal.wait_for(timeout=120_000)
+        assert "across its tabs" in refusal.inner_text() and browsing.exceptions(tab) == 0
+        page.context.clear_cookies()  # what another browser is to the server: no cookie yet, so a token of its own
+        other = page.context.new_page()
+        other.goto(browsing.train_page_url(base, spec))
+        browsing.wait_ready(other, 180_000)
+        other.locator(".st-key-train-start button").click()
+        other.locator(".st-key-train-stop button:enabled").first.wait_for(timeout=120_000)
+        other.locator(".st-key-train-stop button").first.click()
+        page.locator(".st-key-train-stop button").first.click()

@@ -27,6 +27,22 @@ def test_a_session_has_at_most_its_share_of_active_jobs(worker_pool):
         jobs.wait(job)
 
 
+def test_the_tabs_of_one_browser_share_one_share(worker_pool):
+    """Six tabs of one browser are six sessions of one browser (the queue is told so): together they have one
+    share of the queue; a tab of another browser still may start a job."""
+    queue = jobs.JobQueue(1, max_per_session=2, pool=worker_pool)
+    for tab in ("tab1", "tab2", "tab3"):
+        queue.same_browser(tab, "browser-a")
+    queue.same_browser("other", "browser-b")
+    mine = [queue.submit(LONG, "t1", record=False, session="tab1"), queue.submit(LONG, "t2", record=False, session="tab2")]
+    with pytest.raises(jobs.SessionLimit, match="across its tabs"):
+        queue.submit(LONG, "t3", record=False, session="tab3")
+    theirs = queue.submit(LONG, "b0", record=False, session="other")
+    for job in (*mine, theirs):
+        job.stop()
+        jobs.wait(job)
+
+
 def test_the_jobs_of_a_session_that_ended_stop_after_the_grace_period(worker_pool):
     connected = {"gone": True, "here": True}
     queue = jobs.JobQueue(1, alive=lambda session: connected[session], grace_s=1000, reap_every=None, pool=worker_pool)  # reaped by hand below

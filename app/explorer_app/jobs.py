@@ -510,6 +510,7 @@ class JobQueue:
             raise ValueError(f"max_jobs must be at least 1, got {max_jobs}")
         self.max_jobs, self.store = max_jobs, store
         self.max_per_session, self.grace_s, self.worker_idle_mb = max_per_session, grace_s, worker_idle_mb
+        self._browsers: dict[str, str] = {}  # session -> the browser it is a tab of (same_browser)
         self._lock = threading.Lock()
         self._waiting: deque[Job] = deque()  # the line, first come first served
         self._running_jobs: set[Job] = set()  # those holding a slot
@@ -570,23 +571,33 @@ class JobQueue:
         that trains has been drawn)."""
         self.pool.warm(delay)
 
+    def same_browser(self, session: str | None, browser: str | None) -> None:
+        """Say that `session` is a tab of `browser`: the per-session cap then counts every tab of that browser
+        together (six tabs of one browser share one share of the queue)."""
+        if session is not None and browser is not None:
+            with self._lock:
+                self._browsers[session] = browser
+
     def _enqueue(self, job: Job) -> Job:
         job._queue = self
         with self._lock:
             if self._share_taken(job.session):
-                raise SessionLimit(f"this session already has {self.max_per_session} run(s) training or waiting, "
-                                   "the most one session may have on this server (EXPLORER_MAX_JOBS_PER_SESSION); "
-                                   "wait for one to end or stop it")
+                raise SessionLimit(f"this browser already has {self.max_per_session} run(s) training or waiting, "
+                                   "across its tabs: the most one browser may have on this server "
+                                   "(EXPLORER_MAX_JOBS_PER_SESSION); wait for one to end or stop it")
             self._waiting.append(job)
             self._jobs.append(job)
         self._slots.submit(self._serve)
         return job
 
     def _share_taken(self, session: str | None) -> bool:
-        """(Under the queue's lock.) Whether `session` already has its `max_per_session` active jobs."""
+        """(Under the queue's lock.) Whether `session`'s browser (all its tabs: `same_browser`) already has its
+        `max_per_session` active jobs."""
         if session is None or self.max_per_session is None:
             return False
-        return sum(job.session == session and job.active for job in self._jobs) >= self.max_per_session
+        owner = self._browsers.get(session, session)
+        return sum(self._browsers.get(job.session, job.session) == owner and job.active
+                   for job in self._jobs if job.session is not None) >= self.max_per_session
 
     def _serve(self) -> None:
         """A slot's turn: run the job at the head of the line (none when a stopped job left it)."""

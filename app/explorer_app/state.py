@@ -37,6 +37,39 @@ def session_id() -> str | None:
     return ctx.session_id if ctx is not None else None
 
 
+def browser_id() -> str | None:
+    """This browser's id, the same in all its tabs: a digest of the token in the XSRF cookie Streamlit's server
+    (tornado) gives each browser once. The cookie is sent re-masked per page load ("2|mask|token XOR mask|time"),
+    so the token is unmasked first. None where there is none (AppTest, XSRF protection off): each tab then
+    counts alone."""
+    import binascii
+    import hashlib
+
+    try:
+        cookie = st.context.cookies.get("_streamlit_xsrf")
+    except Exception:  # noqa: BLE001  (outside a script run: no request, no cookie)
+        return None
+    if not isinstance(cookie, str) or not cookie:  # (AppTest's context holds no real request)
+        return None
+    parts = cookie.split("|")
+    try:
+        if parts[0] == "2" and len(parts) == 4:
+            mask, masked = binascii.a2b_hex(parts[1]), binascii.a2b_hex(parts[2])
+            token = bytes(byte ^ mask[i % len(mask)] for i, byte in enumerate(masked))
+        else:
+            token = cookie.encode()
+    except (binascii.Error, ZeroDivisionError):  # a cookie this server did not write
+        return None
+    return "browser-" + hashlib.sha256(token).hexdigest()[:16]
+
+
+def queue_for_this_session() -> JobQueue:
+    """The server's queue, told which browser this tab belongs to (its job cap counts the browser's tabs)."""
+    queue = job_queue()
+    queue.same_browser(session_id(), browser_id())
+    return queue
+
+
 def session_alive(session: str) -> bool:
     """Whether a browser session is still connected (True when there is no server to ask, as in AppTest)."""
     from streamlit.runtime import Runtime
@@ -46,7 +79,7 @@ def session_alive(session: str) -> bool:
 
 def submit(spec, label: str, **options) -> Job:
     """Queue a run for this session (SessionLimit when it already has its share of active jobs)."""
-    job = job_queue().submit(spec, label, session=session_id(), **options)
+    job = queue_for_this_session().submit(spec, label, session=session_id(), **options)
     add_job(job)
     return job
 
@@ -110,13 +143,14 @@ def submit_probes(spec, probes: dict, inputs: int, run_id: str, state: dict | No
     run still training), each limited to EXPLORER_PROBE_SECONDS. SpecError when their memory estimate passes
     EXPLORER_MAX_MODEL_MB, SessionLimit when the session already has its share of active jobs; the job is not
     one of the session's runs (`session_jobs`)."""
-    return job_queue().submit_probes(spec, probes, inputs, f"probe {run_id[:8]}", run_id=run_id, state=state,
-                                     step=step, seconds=limits().probe_seconds, session=session_id())
+    return queue_for_this_session().submit_probes(spec, probes, inputs, f"probe {run_id[:8]}", run_id=run_id,
+                                                  state=state, step=step, seconds=limits().probe_seconds,
+                                                  session=session_id())
 
 
 def submit_claims(claims: list[tuple[str, str]], fast: bool, label: str) -> Job:
     """Queue paper claims as one job of this session (SessionLimit when it already has its share)."""
-    job = job_queue().submit_claims(claims, fast, label, session=session_id())
+    job = queue_for_this_session().submit_claims(claims, fast, label, session=session_id())
     add_job(job)
     return job
 
