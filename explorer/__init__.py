@@ -19,9 +19,11 @@ from explorer.sweeps import sweep
 from explorer.registries import SpecError
 from explorer.registries import registry
 from explorer.spec import ExperimentSpec
+from explorer.topology.shortcuts import parse_shortcuts, shortcuts_text
 from explorer.training import Event, Run, StopTraining, build, evaluate, train
 from explorer.diagnosis import Diagnosis, diagnose
 from explorer.batched import train_batched
+from explorer import challenge  # noqa: F401  (the design challenge: explorer.challenge)
 
 __all__ = [
     "Diagnosis",
@@ -35,11 +37,13 @@ __all__ = [
     "build",
     "diagnose",
     "evaluate",
+    "parse_shortcuts",
     "preset",
     "probe",
     "registry",
     "resume",
     "roles",
+    "shortcuts_text",
     "sweep",
     "train",
     "train_batched",

@@ -37,10 +37,24 @@ The rules, each from a paper's statement (texts in shared/papers/):
   The quantity is the coefficient mass of the shortcut from the input to each later layer, with the regime
   it implies. No rule reads it: the theorems compare convergence rates, and a slow run on the sublinear
   layout is as much its learning rate's doing, which they do not separate.
+* DCA (DeepCrossAttention), Theorems 4.1 and 4.2 (Sec. 4.1, 4.2), on its low-rank linear model (model lowrank
+  with the none, cascaded or GRN topologies): the end-to-end map A_hat = D + M, D the input's own path (the map
+  with every block's output set to zero: 0, I, alpha I or a diagonal), M what the blocks add. Theorem 4.1 bounds
+  rank M by the collective rank r_* = sum_t r_t (by min_t r_t without a residual); the excess risk
+  ||A - A_hat||_F^2 (A read from the training data by least squares; the paper's Sec. 4.2 with E[x x^T] = I)
+  is at least its class's optimum ER*, and Theorem 4.2 bounds how much lower GRN-v1/v2's optimum is than a
+  ResNet's of the same r_* (the gain tr(Delta)^2 / (d - r_*), and max of that and sum_i Delta_ii^2). A run that
+  stalled at its class's optimum (its final excess risk within DCA_FLOOR of ER* > 0) is explained by the class:
+  more rank or GRN-v1 is what helps. GRN-v3 with active gates is not linear: no map, no rank.
+
+The learning rate is a setting the tau paper fixes (lr 0.001, Sec. 5.1) and the presets do not (0.01): on its
+model the explanation says which one the run used and what the same rule does at the other (the fig1 claim's
+measurements, the story notebook 04 and the Papers tab tell).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,7 +63,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from explorer import theory
+from explorer import budget, theory
 from explorer.data import loss_function
 from explorer.probes import probe
 from explorer.probes.probes import stacks
@@ -65,6 +79,10 @@ JACOBIAN_INPUTS = 4  # of those, the ones chi is computed on
 JACOBIAN_MAX_DIM = 512  # chi only for streams of at most this many numbers per example (a backward pass per number)
 TAU_PAPER = "tau paper (Stability and Convergence Theory for Learning ResNet)"
 TAU_PAPER_LR = 0.001  # its Figure 1's learning rate (Sec. 5.1)
+DCA_PAPER = "DCA (DeepCrossAttention)"
+DCA_TOPOLOGIES = ("none", "cascaded", "grn-v1", "grn-v2", "grn-v3")  # the architectures of its Theorem 4.1
+DCA_FLOOR = 1.05  # stalled at the class's optimum: the final excess risk within 5% of ER*
+LINEAR_TOLERANCE = 1e-8  # relative error of A_hat x against the model's output for the model to count as linear
 
 
 @dataclass(frozen=True)
@@ -187,10 +205,12 @@ def diagnose(spec: ExperimentSpec, run: Any = None, model: nn.Module | None = No
     CPU), and on the final weights of `run` (an explorer.Run) or `model` when given. `run` may also be a job
     view or a stored run's record: then only its outcome is read (for `Diagnosis.explain`).
     jacobian=False leaves chi out (a backward pass per stream number: the slow part); streams of more than
-    JACOBIAN_MAX_DIM numbers per example get no chi either."""
+    JACOBIAN_MAX_DIM numbers per example get no chi either. SpecError before anything is built when the model,
+    or probing it as the diagnosis does, would pass the memory caps (explorer.budget)."""
     if not isinstance(spec, ExperimentSpec):
         raise SpecError("spec", f"expected an ExperimentSpec, got {type(spec).__name__}; pass explorer.preset(...) "
                                 "or ExperimentSpec.from_dict(...)")
+    _check_budget(spec, inputs, jacobian)
     initial, data = build(spec, device="cpu")
     if model is None and run is not None and isinstance(getattr(run, "model", None), nn.Module):
         model = run.model
@@ -213,6 +233,7 @@ def diagnose(spec: ExperimentSpec, run: Any = None, model: nn.Module | None = No
     _ancre(spec, initial, quantities)
     if model is not None:
         _ancre(spec, model, quantities, "after training")
+    _dca(spec, initial, data, model, quantities, rules)
     return Diagnosis(spec, tuple(quantities), tuple(rules), tuple(notes),
                      outcome(run) if run is not None else None)
 
@@ -220,6 +241,17 @@ def diagnose(spec: ExperimentSpec, run: Any = None, model: nn.Module | None = No
 # --------------------------------------------------------------------------------------
 # measurements
 # --------------------------------------------------------------------------------------
+def _check_budget(spec: ExperimentSpec, inputs: int, jacobian: bool) -> None:
+    """SpecError when the diagnosis' probes would pass EXPLORER_MAX_MODEL_MB (explorer.budget.check_probes): the
+    stream norms on `inputs` validation inputs, chi's Jacobians, the attention maps, and the gradients of one
+    training batch (a backward pass, costed as the dead-unit probe's)."""
+    measured = {"norms": {}, "attention": {}}
+    if jacobian:
+        measured["jacobian"] = {"max_dim": JACOBIAN_MAX_DIM, "max_inputs": JACOBIAN_INPUTS}
+    budget.check_probes(spec, measured, inputs)
+    budget.check_probes(spec, {"dead": {}}, spec.train.batch_size)
+
+
 def _device(model: nn.Module) -> torch.device:
     first = next(model.parameters(), None)
     return torch.device("cpu") if first is None else first.device
@@ -287,9 +319,28 @@ def _tau_paper(spec, model, growth: float, quantities, rules, notes) -> None:
             f"without bound above it (Theorem 4, Sec. 3.3: {low:.3g}x to {high:.3g}x for this tau and L).",
             f"tau = 1/sqrt(L) = {threshold:.2f} (the tau-fig1-1/sqrt(L) preset)", ("diverged", "stalled")))
     lr = spec.optim.params.get("lr")
-    if spec.optim.name == "sgd" and lr is not None and not math.isclose(lr, TAU_PAPER_LR):
-        notes.append(f"The learning rate is a setting that matters here too: the paper's Figure 1 trains with lr "
-                     f"{TAU_PAPER_LR:g} (Sec. 5.1), this run with {lr:g}.")
+    if lr is None:
+        return
+    quantities.append(Quantity("learning rate vs the paper's", f"lr {lr:g} ({spec.optim.name})",
+                               f"lr {TAU_PAPER_LR:g}, SGD (Figure 1)", TAU_PAPER + ", Sec. 5.1",
+                               "consistent" if spec.optim.name == "sgd" and math.isclose(lr, TAU_PAPER_LR) else "differs",
+                               float(lr)))
+    if tau <= threshold:
+        return
+    # where L^-1/4 starts to diverge on digits at each rate: the fig1-trainability claim's runs (notebook 04)
+    digits = spec.data.name == "digits"
+    if math.isclose(lr, TAU_PAPER_LR):
+        notes.append(f"This run already uses the paper's Figure 1 rate lr {TAU_PAPER_LR:g} (Sec. 5.1): with the stream "
+                     f"grown {_times(growth)} at depth {depth} a smaller step is not the fix"
+                     + (" (on digits tau = L^-1/4 trains at depth 30 at this rate and diverges by depth 100: between 50 and 60 in "
+                        "50 steps)."
+                        if digits else "."))
+    else:
+        notes.append(f"The learning rate decides where this growth turns into a divergence: this run trains with lr "
+                     f"{lr:g}, {lr / TAU_PAPER_LR:.3g}x the paper's Figure 1 rate {TAU_PAPER_LR:g} (Sec. 5.1)"
+                     + (f"; on digits tau = L^-1/4 diverges from about depth 30 at lr 0.01 but trains at depth 30 with "
+                        f"lr {TAU_PAPER_LR:g} and diverges only deeper, by depth 100 (between 50 and 60 in 50 steps)" if digits else "")
+                     + (f". Try lr {TAU_PAPER_LR:g} as well." if lr > TAU_PAPER_LR else "."))
 
 
 def _weight_variance(stack) -> float:
@@ -405,3 +456,131 @@ def _ancre(spec, model, quantities, when: str = "at init") -> None:
     else:
         regime = "not covered by the theorems (neither 0:1 alone nor 0:K-1)"
     quantities.append(Quantity(f"input shortcut mass {when}", shown, regime, paper, "n/a", last))
+
+
+def _dca(spec, initial, data, model, quantities, rules) -> None:
+    """DCA's Theorems 4.1 and 4.2 on its low-rank linear model: the rank of what the blocks add to the end-to-end
+    map against the collective rank, and the excess risk against the class's optimum (see the module docstring)."""
+    topology = spec.topology.name
+    if spec.model.name != "lowrank":
+        if topology in ("grn-v1", "grn-v2", "grn-v3", "dca"):
+            quantities.append(Quantity("DCA collective rank (Theorem 4.1)", "not measured",
+                                       "the theorems are for the low-rank linear model (model lowrank) only",
+                                       DCA_PAPER + ", Sec. 4", "n/a"))
+        return
+    if topology not in DCA_TOPOLOGIES:
+        return
+    paper = DCA_PAPER + ", Theorem 4.1 (Sec. 4.1)"
+    depth, rank, d = int(spec.model.params["depth"]), int(spec.model.params["rank"]), int(spec.model.params["width"])
+    ranks = [rank] * depth
+    r_star = theory.collective_rank(ranks)
+    bound, what = (min(ranks), "min_t r_t (no residual)") if topology == "none" else \
+        (r_star, f"r_* = sum_t r_t = {depth} x {rank}")
+    target = target_map(data)
+    optimum = _class_optimum(topology, target, ranks, d) if target is not None else None
+    for when, net in (("at init", initial), ("after training", model)):
+        if net is None:
+            continue
+        maps = end_to_end_map(net, d)
+        if maps is None:
+            quantities.append(Quantity(f"rank of the blocks' part M = A_hat - D {when}", "not linear (active gates)",
+                                       f"<= {bound}", paper, "n/a"))
+            continue
+        a_hat, own = maps
+        finite = bool(np.isfinite(a_hat).all())
+        m_rank = int(np.linalg.matrix_rank(a_hat - own)) if finite else -1
+        quantities.append(Quantity(
+            f"rank of the blocks' part M = A_hat - D {when}", f"{m_rank}" if finite else "not finite",
+            f"<= {bound} ({what})", paper, ("consistent" if m_rank <= bound else "differs") if finite else "n/a",
+            float(m_rank) if finite else math.nan))
+        if optimum is None:
+            continue
+        risk = float(np.sum((target - a_hat) ** 2)) if finite else math.nan
+        floor, exact, text = optimum
+        above = math.isfinite(risk) and risk >= floor * (1 - 1e-6) - 1e-9
+        quantities.append(Quantity(
+            f"excess risk ||A - A_hat||_F^2 {when}", f"{risk:.4g}" if finite else "not finite", text,
+            DCA_PAPER + ", Theorems 4.1 and 4.2 (Sec. 4.2)",
+            ("consistent" if above else "differs") if exact and finite else "n/a", risk))
+        if when == "after training" and topology.startswith("grn") and finite:
+            _dca_gain(target, ranks, d, topology, risk, quantities)
+        if when == "after training" and exact and floor > 0 and math.isfinite(risk) and risk <= DCA_FLOOR * floor:
+            name = "a ResNet" if topology == "cascaded" else "a network without residuals"
+            rules.append(_Rule(
+                f"excess risk ||A - A_hat||_F^2 {when}",
+                f"The run is at its architecture's floor: by DCA's Theorem 4.1 (Sec. 4.1) {name} of {depth} layers of "
+                f"rank {rank} expresses only maps whose learned part has rank <= {bound}, and the best of them is "
+                f"ER* = {floor:.4g} from A (Theorem 4.2, Sec. 4.2); this run reached {risk:.4g}.",
+                "GRN-v1 (topology.name=grn-v1), which Theorem 4.2 lets go lower at the same collective rank, or a larger "
+                "model.rank", ("stalled",)))
+
+
+def target_map(data) -> np.ndarray | None:
+    """The target A of a regression y = A x (+ b) read from the training data by least squares (with an
+    intercept, which takes the b of the affine task); None for other tasks."""
+    if data.task != "regression":
+        return None
+    x = data.x_train.detach().double().cpu().numpy().reshape(len(data.x_train), -1)
+    y = data.y_train.detach().double().cpu().numpy().reshape(len(data.y_train), -1)
+    if x.shape[1] != y.shape[1]:
+        return None
+    design = np.hstack([x, np.ones((len(x), 1))])
+    coefficients = np.linalg.lstsq(design, y, rcond=None)[0]
+    return coefficients[:-1].T
+
+
+@torch.no_grad()
+def end_to_end_map(model: nn.Module, width: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """(A_hat, D) of a linear network x -> A_hat x, in float64: A_hat from its outputs on the basis vectors, D the
+    same with every block's output set to zero (the input's own path). None when the network is not linear
+    (checked on random inputs)."""
+    net = copy.deepcopy(model).double().eval()
+    device = _device(net)
+    eye = torch.eye(width, dtype=torch.float64, device=device)
+    a_hat = net(eye).T.cpu().numpy()
+    x = torch.randn(8, width, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).to(device)
+    if np.isfinite(a_hat).all():
+        out = net(x).cpu().numpy()
+        error = np.abs(out - x.cpu().numpy() @ a_hat.T).max()
+        if error > LINEAR_TOLERANCE * max(np.abs(out).max(), 1.0):
+            return None
+    for block in stacks(net)[0].blocks:
+        for p in block.parameters():
+            p.zero_()
+    return a_hat, net(eye).T.cpu().numpy()
+
+
+def _class_optimum(topology: str, target: np.ndarray, ranks: list[int], d: int) -> tuple[float, bool, str] | None:
+    """(ER* or a bound on it, whether it is exact, the text) of the class Theorem 4.1 gives the topology."""
+    r_star = sum(ranks)
+    if topology == "none":
+        value = theory.optimal_baseline(target, ranks).excess_risk
+        return value, True, f">= ER*(C_base) = {value:.4g}: the best rank-{min(ranks)} map (Theorem 4.1, Eckart-Young)"
+    if r_star > d or (topology != "cascaded" and r_star >= d):
+        return None
+    resnet = theory.optimal_resnet(target, r_star).excess_risk
+    if topology == "cascaded":
+        text = f">= ER*(C_res) = {resnet:.4g}: I + the best rank-{r_star} map (Theorems 4.1, 4.2)"
+        if r_star < d:
+            text += f"; GRN-v1 at this r_* reaches <= {theory.excess_risk_bounds(target, ranks).grn_v1:.4g}"
+        return resnet, True, text
+    bounds = theory.excess_risk_bounds(target, ranks)
+    version = "v1" if topology == "grn-v1" else "v2"  # GRN-v3's linear maps (inactive gates) are GRN-v2's class
+    value = bounds.grn_v1 if version == "v1" else bounds.grn_v2
+    return value, False, (f"ER*(C_GRN-{version}) <= {value:.4g} (Theorem 4.2), below ResNet's ER*(C_res) = "
+                          f"{resnet:.4g} at the same r_* = {r_star}")
+
+
+def _dca_gain(target, ranks, d, topology, risk, quantities) -> None:
+    """A GRN run's excess risk below the best ResNet of the same collective rank, against Theorem 4.2's gain."""
+    r_star = sum(ranks)
+    resnet = theory.optimal_resnet(target, r_star).excess_risk
+    bounds = theory.excess_risk_bounds(target, ranks)
+    version = "v1" if topology == "grn-v1" else "v2"
+    guaranteed = resnet - (bounds.grn_v1 if version == "v1" else bounds.grn_v2)
+    gain = resnet - risk
+    quantities.append(Quantity(
+        "gain over the best ResNet ER*(C_res) - ER after training", f"{gain:.4g}",
+        f">= {guaranteed:.4g} at the class's optimum (Theorem 4.2: GRN-{version}'s optimum is at least this far "
+        f"below ResNet's at r_* = {r_star})", DCA_PAPER + ", Theorem 4.2 (Sec. 4.2)",
+        "consistent" if gain >= guaranteed * (1 - 1e-3) else "differs", gain))

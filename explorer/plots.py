@@ -55,6 +55,9 @@ __all__ = [
     "figure_for",
     "log_singular_value_histograms",
     "loss_curves",
+    "mass_summary",
+    "grid_figure",
+    "GRID_METRICS",
     "notebook_mode",
     "norms_by_layer",
     "numbers_table",
@@ -70,6 +73,8 @@ __all__ = [
     "to_png_bytes",
     "training_progress",
     "verdict_table",
+    "claim_figure",
+    "per_seed_summary",
 ]
 
 #: The fixed qualitative palette runs are coloured from: D3 "category10" then its ten lighter partners
@@ -284,8 +289,12 @@ def loss_curves(
     when that is finite, else above every plotted value, so the axis shows the explosion; its
     legend name says "(diverged at step N)". `smoothing` in [0, 1) draws each training curve as
     its exponential moving average (weight `smoothing`, debiased as TensorBoard does) with the raw
-    curve faint behind it; validation curves are not smoothed.
+    curve faint behind it; validation curves are not smoothed. A run rewired while it trained (its
+    "rewires", with the design it started from in "initial_spec", else "spec") gets a dashed vertical line
+    at each rewire's step, labelled with what changed ("+0:6", "-1:4", "0:3*0.5").
     """
+    from explorer.topology.shortcuts import describe_change
+
     if not 0.0 <= float(smoothing) < 1.0:
         raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
     if isinstance(runs, Mapping) or not isinstance(runs, Sequence) or not runs:
@@ -303,6 +312,7 @@ def loss_curves(
     val_key = f"val_{metric}"
     fig = go.Figure()
     diverged = []  # (label, colour, step, loss at divergence if known)
+    rewired = []  # (colour, step, what changed)
     for label, run in zip(labels, runs):
         history = run["history"]
         color = palette[label]
@@ -339,6 +349,11 @@ def loss_curves(
             ))
         if status == "diverged" and diverged_at is not None:
             diverged.append((label, color, int(diverged_at), _number(run.get("diverged_loss"))))
+        design = (run.get("initial_spec") or run.get("spec") or {}).get("topology")
+        for change in run.get("rewires") or []:
+            what = change.get("change") or describe_change(design, change["topology"])
+            rewired.append((color, int(change["step"]), what))
+            design = change["topology"]
     plotted = _plotted_y(fig)
     top = max(plotted) if plotted else 1.0
     xs = [float(x) for t in fig.data for x in t.x] + [step + shift for _, _, step, _ in diverged]
@@ -354,6 +369,12 @@ def loss_curves(
             marker=dict(symbol="x", size=14, color=color, line=dict(width=1, color=color)),
             hovertemplate=f"diverged at step %{{customdata}}<br>{what}<extra>{label}</extra>",
         ))
+    for color, step, what in rewired:  # shapes and annotations on a log axis take log10 coordinates
+        x = math.log10(step + shift) if log_x else step
+        fig.add_shape(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
+                      line=dict(color=color, width=1, dash="dash"))
+        fig.add_annotation(x=x, xref="x", y=1, yref="paper", yanchor="bottom", text=what, showarrow=False,
+                           font=dict(color=color), hovertext=f"rewired at step {step}: {what}")
     x_title = "step + 1 (log scale; step 0 drawn at 1)" if log_x else "step"
     fig.update_xaxes(**(_log_axis() if log_x else dict(type="linear")), title_text=x_title)
     fig.update_yaxes(**(_log_axis(_plotted_y(fig)) if log_y else dict(type="linear")), title_text=_axis_title(metric, log_y))
@@ -366,6 +387,12 @@ def loss_curves(
 
 
 COEFFICIENT_BASES = ("unrolled", "own", "log_ratio")
+MAX_CELL_TEXT = 13  # matrices up to this size (12 blocks: the presets' sizes) print each value in its cell
+MAX_PATHS_SHOWN = 3  # an unrolled cell's hover lists its largest paths, then how many more there are
+MAX_PATH_SIZE = 33  # above this size an unrolled cell's hover gives its path count, not the paths (cost grows as L^3)
+MAX_TERMS_SHOWN = 4  # a softmax's denominator lists this many terms, then how many more
+FORCED_GREY = "#c8c8c8"
+_SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 
 
 def coefficient_basis(result: Mapping[str, Any], basis: str = "default") -> str:
@@ -379,22 +406,195 @@ def coefficient_basis(result: Mapping[str, Any], basis: str = "default") -> str:
     return "own" if bool(np.asarray(result.get("learnable", False))) else "unrolled"
 
 
+def _sub(k: int) -> str:
+    return str(k).translate(_SUBSCRIPTS)
+
+
+def _g(value: float) -> str:
+    """A number in an equation: 3 significant digits."""
+    return f"{value:.3g}"
+
+
+def _state_basis(result: Mapping[str, Any]) -> bool:
+    """Whether a coefficients result is in the state basis (its own matrix mixes states; unrolled differs from it)."""
+    if "basis" in result:
+        return str(np.asarray(result["basis"])) == "state"
+    own, unrolled = np.asarray(result["own"], float), np.asarray(result["unrolled"], float)
+    return not np.array_equal(own, unrolled, equal_nan=True)
+
+
+def _shown_own(result: Mapping[str, Any]) -> np.ndarray:
+    """The own matrix as the heatmap shows it: in the state basis its diagonal holds the direct path s_j (block j's
+    own output into x_j, the unrolled matrix's diagonal), so a path has the same value, and colour, in both bases."""
+    own = np.array(result["own"], dtype=float)
+    if _state_basis(result) and "unrolled" in result:
+        np.fill_diagonal(own, np.diagonal(np.asarray(result["unrolled"], dtype=float)))
+    return own
+
+
+def _coefficient_scale(values: np.ndarray) -> dict[str, Any]:
+    """A colour scale fitted to the finite values: sequential white to red over [0, max] when none is negative,
+    else diverging and symmetric about 0 (blue negative, red positive)."""
+    finite = values[np.isfinite(values)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+    if low >= 0:
+        return dict(colorscale="Reds", zmin=0.0, zmax=high if high > 0 else 1.0)
+    top = max(abs(low), abs(high))
+    return dict(colorscale="RdBu", reversescale=True, zmin=-top, zmax=top, zmid=0.0)
+
+
+def _paths(own: np.ndarray, source: int, keep: int) -> tuple[list[list], list[int]]:
+    """For every destination j >= source: the `keep` paths source = k_0 < k_1 < ... < k_m = j with the largest
+    |product of own[k_{t+1}, k_t]| as (nodes, product), and how many paths there are (zero coefficients cut a path)."""
+    size = len(own)
+    best: list[list] = [[] for _ in range(size)]
+    count = [0] * size
+    best[source], count[source] = [([source], 1.0)], 1
+    for b in range(source + 1, size):
+        found = []
+        for a in range(source, b):
+            weight = own[b, a]
+            if count[a] and weight != 0 and math.isfinite(weight):
+                count[b] += count[a]
+                found += [(nodes + [b], product * weight) for nodes, product in best[a]]
+        found.sort(key=lambda path: -abs(path[1]))
+        best[b] = found[:keep]
+    return best, count
+
+
+def _path_equation(own: np.ndarray, unrolled: np.ndarray, i: int, j: int, best: list, count: int) -> str:
+    """u(i,j) as the sum over paths from i to j of the products of own coefficients a(k,k') along each, times the
+    branch scale s_i, with this run's numbers: "a(0,2) + a(0,1)·a(1,2) = 0.5 + 0.5·1 = 1"."""
+    value = unrolled[j, i]
+    if i == j:
+        return f"direct path: s{_sub(j)} = {_g(value)}"
+    if not count:
+        return f"no path from {i} to {j}: 0"
+    if not best:  # too large to list
+        return f"sum over {count} paths of the products of own coefficients along each = {_g(value)}"
+    names = ["·".join(f"a({a},{b})" for a, b in zip(nodes, nodes[1:])) for nodes, _ in best]
+    numbers = ["·".join(_g(own[b, a]) for a, b in zip(nodes, nodes[1:])) for nodes, _ in best]
+    more = f" + … ({count - len(best)} more path{'s' if count - len(best) > 1 else ''})" if count > len(best) else ""
+    symbolic, numeric = " + ".join(names) + more, " + ".join(numbers) + (" + …" if more else "")
+    scale = unrolled[i, i]
+    if i > 0 and scale != 1:
+        symbolic, numeric = f"s{_sub(i)}·({symbolic})", f"{_g(scale)}·({numeric})"
+    return f"u({i},{j}) = {symbolic}<br>= {numeric} = {_g(value)}"
+
+
+def _softmax_equation(result: Mapping[str, Any], i: int, j: int) -> str:
+    """ANCRe's a(i,j) from its logits: softmax over the sources of j (ingoing) or the destinations of i (outgoing)
+    of c / T, or exp(c_ij / T) without normalisation; plus 1 on a(j-1,j) where the layer keeps its own residual."""
+    logits, t = np.asarray(result["logits"], float), float(result["temperature"])
+    how = str(np.asarray(result.get("normalization", "ingoing")))
+    residual = bool(np.asarray(result.get("layer_residual", False))) and i == j - 1
+    term = f"exp(c({i},{j})/T)"
+    if how == "none":
+        p = math.exp(logits[j, i] / t)
+        equation = f"{term} = exp({_g(logits[j, i])}/{_g(t)}) = {_g(p)}"
+    else:
+        others = [(k, j) for k in range(j)] if how == "ingoing" else [(i, k) for k in range(i + 1, len(logits))]
+        over = "k<" + str(j) if how == "ingoing" else "k>" + str(i)
+        pair = "c(k,{j})".format(j=j) if how == "ingoing" else f"c({i},k)"
+        shown = [f"exp({_g(logits[b, a])}/{_g(t)})" for a, b in others[:MAX_TERMS_SHOWN]]
+        if len(others) > MAX_TERMS_SHOWN:
+            shown.append(f"… ({len(others) - MAX_TERMS_SHOWN} more)")
+        exps = np.exp(np.array([logits[b, a] for a, b in others]) / t)
+        p = math.exp(logits[j, i] / t) / float(exps.sum())
+        equation = (f"softmax: {term} / Σ_{over} exp({pair}/T)<br>= exp({_g(logits[j, i])}/{_g(t)}) / "
+                    f"({' + '.join(shown)}) = {_g(p)}")
+    return f"a({i},{j}) = 1 + p({i},{j}), p({i},{j}) = {equation}" if residual else f"a({i},{j}) = {equation}"
+
+
+def _coefficient_hover(z: np.ndarray, result: Mapping[str, Any] | None, basis: str, names: list[str]) -> np.ndarray:
+    """Each cell's hover: the shortcut i:j it is, and the equation that produced its value, with this run's numbers."""
+    n = len(z)
+    state = result is None or "own" not in result or _state_basis(result)
+    hover = np.full((n, n), "", dtype=object)
+    own = unrolled = None
+    if result is not None and "own" in result and "unrolled" in result:
+        own, unrolled = np.asarray(result["own"], float), np.asarray(result["unrolled"], float)
+    paths = {}
+    if basis == "unrolled" and own is not None and state and np.isfinite(own).all():
+        keep = MAX_PATHS_SHOWN if n <= MAX_PATH_SIZE else 0
+        paths = {i: _paths(own, i, keep) for i in range(n)}
+    forced = np.asarray(result["forced"], bool) if result is not None and "forced" in result else None
+    reasons = [str(r) for r in np.ravel(result.get("forced_reasons", []))] if result is not None else []
+    index = np.asarray(result["forced_reason"]) if result is not None and "forced_reason" in result else None
+    for j in range(n):
+        for i in range(j + 1):
+            source = "y" if result is not None and basis == "unrolled" and i > 0 and state else "x"
+            head = (f"<b>{i}:{j}</b>  x{_sub(j)} ({names[j]}) ← {source}{_sub(i)} ({names[i]})" if i < j else
+                    f"<b>{j}:{j}</b>  x{_sub(j)} ({names[j]}) ← y{_sub(j)}: the block's own output" if j else
+                    f"<b>0:0</b>  x₀ (input)")
+            value = z[j, i]
+            if basis == "log_ratio":
+                line = f"log(|u({i},{j})| / max_k |u(k,{j})|) = "
+                if unrolled is not None and np.isfinite(unrolled[j]).all():
+                    line += f"log({_g(abs(unrolled[j, i]))} / {_g(np.abs(unrolled[j]).max())}) = "
+                line += _g(value) if math.isfinite(value) else "−∞ (no path)"
+            elif basis == "unrolled" and i in paths:
+                best, count = paths[i]
+                line = _path_equation(own, unrolled, i, j, best[j], count[j])
+            elif basis == "own" and i == j and state:
+                line = f"direct path: s{_sub(j)} = {_g(value)}"
+            elif basis == "own" and result is not None and "logits" in result:
+                line = _softmax_equation(result, i, j)
+            else:
+                line = f"{'a' if basis == 'own' else 'u'}({i},{j}) = {_g(value)}"
+            if forced is not None and forced[j, i]:
+                why = reasons[int(index[j, i])] if index is not None and 0 <= int(index[j, i]) < len(reasons) else \
+                    "fixed by the topology"
+                line += f"<br><i>forced: {why}</i>"
+            elif forced is not None and basis == "own" and not (i == j and state):
+                line += "<br>learned"
+            hover[j, i] = f"{head}<br>{line}"
+    return hover
+
+
+def _forced_cells(result: Mapping[str, Any] | None, basis: str, n: int) -> np.ndarray | None:
+    """Which cells of `basis` the topology fixes: the own coefficients it declares forced; an unrolled coefficient
+    when every own coefficient on every path from i to j (the block from i to j) is forced. None when unknown."""
+    if result is None or "forced" not in result or basis == "log_ratio":
+        return None
+    forced = np.tril(np.asarray(result["forced"], dtype=bool))
+    if forced.shape != (n, n):
+        return None
+    if basis == "own":
+        return forced
+    cells = np.zeros((n, n), dtype=bool)
+    for j in range(n):
+        for i in range(j + 1):
+            cells[j, i] = bool(forced[i:j + 1, i:j + 1][np.tril_indices(j - i + 1)].all())
+    return cells
+
+
 def coefficient_heatmap(
     matrix: Any,
     title: str,
     log_ratio: bool = False,
     blocks: Sequence[str] | None = None,
+    result: Mapping[str, Any] | None = None,
+    basis: str | None = None,
 ) -> go.Figure:
-    """Heatmap of an (L+1) x (L+1) connection-coefficient matrix (who feeds whom).
+    """Heatmap of an (L+1) x (L+1) connection-coefficient matrix (who feeds whom), cell (j, i) the shortcut i:j.
 
-    Rows are destinations (row r = the input of block r+1, the last row = the output), columns are
-    sources (column 0 = the stream's input x0, column j = the output y_j of block j). Destination r
-    can only read sources 0..r, so the upper triangle is blanked (NaN). Blocks are named as every
-    figure names them: `blocks` (a coefficients probe's "blocks", e.g. "block 2 attn" for a
-    Transformer's sub-block at module level), default "block 1" ... "block L".
-    With `log_ratio` the matrix is ANCRe's log(c_ij / c_max,j) view: values <= 0 on a sequential
-    scale whose top is 0, -inf (a zero coefficient) shown blank. Otherwise a diverging scale
-    centred at 0, so sign and size read at a glance.
+    Rows are destinations and columns sources, both the states x_0 (the input) .. x_L (after block L, the output),
+    named as every figure names blocks (`blocks`, e.g. "block 2 attn" for a Transformer's sub-block at module
+    level; default "block 1" ... "block L"). State j reads only states 0..j, so the upper triangle is blank. Up to
+    MAX_CELL_TEXT states (12 blocks) each cell prints its value. The colour scale fits the values: sequential
+    from 0 to the largest when none is negative, diverging about 0 only when signs occur.
+    With `log_ratio` the matrix is ANCRe's log(c_ij / c_max,j) view: values <= 0 on a sequential scale whose top is
+    0, -inf (a zero coefficient) shown blank.
+
+    `result` (the coefficients probe's result `matrix` comes from, `basis` naming which of its matrices: "own",
+    "unrolled" or "log_ratio", found by value when left out) adds the maths: each cell's hover shows the equation
+    that made it with this run's numbers (an unrolled coefficient as the sum over paths of the products of own
+    coefficients, ANCRe's as a softmax of its logits); the own view's diagonal holds the direct path s_j, as the
+    unrolled one does, and both use one colour scale, so a path has the same colour in both bases; cells the
+    topology forces (the probe's `forced`) are greyed, their hover saying why, unless every cell is forced (a fixed
+    topology: then the colours show its structure). The first trace holds `matrix`'s values; the direct paths and
+    the greyed cells are drawn over it by the traces "direct path" and "forced".
     """
     try:
         z = np.array(matrix, dtype=float)
@@ -403,32 +603,104 @@ def coefficient_heatmap(
     if z.ndim != 2 or z.shape[0] != z.shape[1] or z.shape[0] == 0:
         raise ValueError(f"matrix must be a non-empty square (L+1) x (L+1) array, got shape {z.shape}")
     n = z.shape[0]
+    if blocks is None and result is not None and "blocks" in result:
+        blocks = result["blocks"]
     names = [f"block {j}" for j in range(1, n)] if blocks is None else [str(b) for b in np.ravel(blocks)]
     if len(names) != n - 1:
         raise ValueError(f"blocks must name the matrix's {n - 1} blocks (one fewer than its size), got {len(names)}")
-    sources, destinations = ["input", *names], [*names, "output"]
+    states = ["input", *names]
+    if result is not None:
+        if basis is None:
+            basis = next((key for key in COEFFICIENT_BASES if key in result and np.shape(result[key]) == z.shape
+                          and np.array_equal(np.asarray(result[key], float), z, equal_nan=True)), None)
+        if basis not in COEFFICIENT_BASES or basis not in result:
+            raise ValueError(f"basis must name which of the result's matrices ({', '.join(k for k in COEFFICIENT_BASES if k in result)}) "
+                             f"matrix is, got {basis!r}")
+    basis = basis or ("log_ratio" if log_ratio else "unrolled")
+    state = result is None or "own" not in result or _state_basis(result)
     z[np.triu_indices(n, k=1)] = np.nan
+    shown = z.copy()
+    if basis == "own" and result is not None and state and "unrolled" in result:
+        shown[np.diag_indices(n)] = np.diagonal(np.asarray(result["unrolled"], dtype=float))
     if log_ratio:
         finite = z[np.isfinite(z)]
         if finite.size and finite.max() > 1e-6:
             raise ValueError("matrix with log_ratio=True must hold log(c / c_max) values <= 0, "
                              f"got a maximum of {finite.max():.4g}")
         z[np.isneginf(z)] = np.nan
+        shown[np.isneginf(shown)] = np.nan
         scale = dict(colorscale="Viridis", zmax=0.0, colorbar=dict(title=dict(text="log(c_ij / c_max,j)")))
-        value_name = "log(c/c_max)"
     else:
-        scale = dict(colorscale="RdBu", reversescale=True, zmid=0.0,
-                     colorbar=dict(title=dict(text="coefficient")))
-        value_name = "c"
-    fig = go.Figure(go.Heatmap(
-        z=z, x=sources, y=destinations, hoverongaps=False, xgap=1, ygap=1,
-        hovertemplate=f"source %{{x}}<br>destination %{{y}}<br>{value_name} = %{{z:{_FMT}}}<extra></extra>",
-        **scale,
-    ))
-    fig.update_xaxes(title_text="source: the input x0, or a block's output", type="category", side="bottom")
-    fig.update_yaxes(title_text="destination: a block's input, or the output", type="category",
-                     autorange="reversed", scaleanchor="x")
+        fitted = shown[np.tril_indices(n)]
+        if result is not None and basis in ("own", "unrolled") and "own" in result and "unrolled" in result:
+            both = [_shown_own(result), np.asarray(result["unrolled"], dtype=float)]
+            fitted = np.concatenate([m[np.tril_indices(n)] for m in both if m.shape == (n, n)])
+        scale = dict(**_coefficient_scale(fitted), colorbar=dict(title=dict(text="coefficient")))
+    text = np.where(np.isfinite(shown), np.vectorize(lambda v: f"{v:.2g}", otypes=[object])(shown), "") \
+        if n <= MAX_CELL_TEXT else None
+    hover = _coefficient_hover(shown, result, basis, states)
+    forced = _forced_cells(result, basis, n)
+    grey = forced is not None and forced[np.tril_indices(n)].any() and not forced[np.tril_indices(n)].all()
+    grey_cells = forced if grey else np.zeros((n, n), dtype=bool)
+    direct = np.eye(n, dtype=bool) & ~grey_cells if not np.array_equal(shown, z, equal_nan=True) else \
+        np.zeros((n, n), dtype=bool)
+    cells = dict(x=states, y=states, customdata=hover, hoverongaps=False, xgap=1, ygap=1,
+                 hovertemplate="%{customdata}<extra></extra>")
+
+    def layer(where):  # the trace's cells: `where`, each value printed once
+        if text is not None:
+            cells.update(text=np.where(where, text, ""), texttemplate="%{text}")
+        return cells
+
+    fig = go.Figure(go.Heatmap(z=z, name=basis, **layer(~(grey_cells | direct)), **scale))
+    if direct.any():  # the own view's direct paths s_j, over the own matrix's zero diagonal, in the same colours
+        fig.add_trace(go.Heatmap(z=np.where(direct, shown, np.nan), name="direct path", **layer(direct),
+                                 **{**scale, "showscale": False}))
+    if grey:  # on top of the forced cells
+        fig.add_trace(go.Heatmap(z=np.where(forced, np.where(np.isfinite(shown), shown, 0.0), np.nan), name="forced",
+                                 colorscale=[[0, FORCED_GREY], [1, FORCED_GREY]], showscale=False, **layer(forced)))
+    source = "y" if result is not None and basis == "unrolled" and state else "x"  # branch outputs, when known
+    fig.update_xaxes(title_text="source i: the input x₀, or state x_i after block i" if source == "x" else
+                     "source i: the input x₀, or block i's output y_i", type="category", side="bottom",
+                     tickmode="array", tickvals=states,
+                     ticktext=[f"{'x' if k == 0 else source}{_sub(k)} {name}" for k, name in enumerate(states)])
+    fig.update_yaxes(title_text="destination j: state x_j (block j+1's input; the last, the output)", type="category",
+                     autorange="reversed", scaleanchor="x", tickmode="array", tickvals=states,
+                     ticktext=[f"x{_sub(k)} {name}" for k, name in enumerate(states)])
     return _finish(fig, title)
+
+
+def mass_summary(result: Mapping[str, Any], top: int = 5) -> str:
+    """Where the mass went, for a coefficients result with learned shortcuts (ANCRe): the `top` learned shortcuts i:j
+    by coefficient, one line each, with the change since initialisation. The initial coefficient is the result's
+    `initial_own` where the probe gives it, else a uniform softmax: 1 / (the sources of j) ingoing, 1 / (the
+    destinations of i) outgoing, 1 without normalisation (logits start at 0). The layer's own residual (+1 on
+    a(j-1, j)) is left out. "" for a result without learned shortcut coefficients."""
+    if "logits" not in result and "initial_own" not in result:
+        return ""
+    own = np.array(result["own"], dtype=float)
+    n = len(own)
+    if bool(np.asarray(result.get("layer_residual", False))):
+        own -= np.eye(n, k=-1)
+    how = str(np.asarray(result.get("normalization", "ingoing")))
+    if "initial_own" in result:
+        initial = np.asarray(result["initial_own"], dtype=float)
+    else:
+        j, i = np.indices((n, n))
+        initial = 1.0 / j.clip(1) if how == "ingoing" else 1.0 / (n - 1 - i).clip(1) if how == "outgoing" \
+            else np.ones((n, n))
+    forced = np.asarray(result.get("forced", np.zeros((n, n), bool)), dtype=bool)
+    cells = [(j, i) for j in range(n) for i in range(j) if not forced[j, i] and math.isfinite(own[j, i])]
+    if not cells:
+        return ""
+    cells.sort(key=lambda c: -own[c])
+    lines = [f"where the mass went: the top {min(top, len(cells))} of {len(cells)} learned shortcuts by coefficient "
+             f"(change since initialisation)"]
+    for j, i in cells[:top]:
+        change = own[j, i] - initial[j, i]
+        lines.append(f"{i}:{j}  x{_sub(j)} ← x{_sub(i)}  {own[j, i]:.3f} (init {initial[j, i]:.3f}, "
+                     f"{'+' if change >= 0 else '−'}{abs(change):.3f})")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- spectra
@@ -440,13 +712,16 @@ def spectra(
     log_y: bool = True,
     colors: Mapping[str, str] | None = None,
     zero: float = NUMERICAL_ZERO,
+    matrices: Mapping[str, str] | None = None,
 ) -> go.Figure:
     """Singular-value spectra, one line per label: index i (1 = largest) on x, sigma_i on y.
 
     The arrays are drawn as given (they should be sorted descending). Values below `zero` x the
     largest singular value of their curve are numerical zeros: on a log axis they are drawn on a
     dotted floor at that level (open markers, hover gives the true value) and a note says how many,
-    so round-off (1e-20, 1e-54) does not squash the useful range.
+    so round-off (1e-20, 1e-54) does not squash the useful range. Each point's hover says which matrix it is a
+    singular value of (`matrices`: label -> e.g. "W of stack.blocks.0 (the layer's weight)"; default the label) and
+    the curve's condition number sigma_max / sigma_min over its values, with the numbers.
     """
     data = _curve_dict("curves", curves)
     palette = _resolve_colors(list(data), colors)
@@ -461,17 +736,18 @@ def spectra(
         if low.any():
             floors.append(floor)
         zeros += int(low.sum())
+        maths = _spectrum_maths(label, finite, (matrices or {}).get(label))
         fig.add_trace(go.Scatter(
             x=x, y=np.where(low, np.nan, y), mode="lines+markers", name=label, legendgroup=label,
             line=dict(color=palette[label]), marker=dict(size=4),
-            hovertemplate=f"i = %{{x}}<br>σ_i = %{{y:{_FMT}}}<extra>{label}</extra>",
+            hovertemplate=f"σ_%{{x}} = %{{y:{_FMT}}}{maths}<extra>{label}</extra>",
         ))
         if low.any():
             fig.add_trace(go.Scatter(
                 x=x[low], y=np.full(int(low.sum()), floor), customdata=y[low], mode="markers", legendgroup=label,
                 name=f"{label}: numerical zeros", showlegend=False,
                 marker=dict(size=6, symbol="circle-open", color=palette[label]),
-                hovertemplate=f"i = %{{x}}<br>σ_i = %{{customdata:{_FMT}}} (numerical zero)<extra>{label}</extra>",
+                hovertemplate=f"σ_%{{x}} = %{{customdata:{_FMT}}} (numerical zero){maths}<extra>{label}</extra>",
             ))
     fig.update_xaxes(title_text="index i (1 = largest singular value)")
     if log_y:
@@ -488,6 +764,18 @@ def spectra(
                            text=f"{zeros} numerical zero(s): σ < {zero:.1e} × σ_max of their matrix,"
                                 "<br>drawn as open circles on a dotted floor")
     return _finish(fig, title)
+
+
+def _spectrum_maths(label: str, values: np.ndarray, matrix: str | None) -> str:
+    """A spectrum point's hover after its value: the matrix it is a singular value of, and the condition number
+    sigma_max / sigma_min over the curve's values, with the numbers."""
+    text = f"<br>singular value of {matrix or label}"
+    if values.size:
+        top, bottom = float(values.max()), float(values.min())
+        kappa = top / bottom if bottom > 0 else math.inf
+        text += (f"<br>κ = σ_max / σ_min (over its {values.size} values) = {top:.4g} / {bottom:.4g} = "
+                 + (f"{kappa:.4g}" if math.isfinite(kappa) else "∞ (σ_min = 0)"))
+    return text
 
 
 def log_singular_value_histograms(per_epoch: Sequence[tuple[str, Any]], title: str) -> go.Figure:
@@ -541,11 +829,14 @@ def norms_by_layer(
     log_y: bool = False,
     colors: Mapping[str, str] | None = None,
     labels: Sequence[str] | None = None,
+    equations: Mapping[str, Sequence[str]] | None = None,
 ) -> go.Figure:
     """A per-block quantity (e.g. ||h_l|| / ||h_0||) against depth, one line per label.
 
     The x axis is categorical: `labels` name the entries in order (a probe's own labels, e.g. "input",
     "block 1 attn"); without them "block 1".."block n". A curve shorter than the labels takes the first ones.
+    `equations` (label -> one text per point) adds to each point's hover how its value was computed, with the
+    numbers (the norms probe's figure gives the norm's formula and the ratio).
     """
     data = _curve_dict("curves", curves)
     longest = max(y.size for y in data.values())
@@ -555,9 +846,13 @@ def norms_by_layer(
     palette = _resolve_colors(list(data), colors)
     fig = go.Figure()
     for label, y in data.items():
+        maths = list((equations or {}).get(label, ()))
+        if maths and len(maths) != y.size:
+            raise ValueError(f"equations[{label!r}] has {len(maths)} texts for {y.size} values")
         fig.add_trace(go.Scatter(
             x=names[:y.size], y=y, mode="lines+markers", name=label, line=dict(color=palette[label]),
-            hovertemplate=f"%{{x}}<br>{ylabel} %{{y:{_FMT}}}<extra>{label}</extra>",
+            customdata=maths or None,
+            hovertemplate=f"%{{x}}<br>{ylabel} %{{y:{_FMT}}}{'<br>%{customdata}' if maths else ''}<extra>{label}</extra>",
         ))
     fig.update_xaxes(title_text="block", type="category", categoryorder="array", categoryarray=names)
     fig.update_yaxes(**(_log_axis(_plotted_y(fig)) if log_y else dict(type="linear")),
@@ -1003,41 +1298,327 @@ def _cell(value: Any) -> str:
     return html.escape(str(value))
 
 
-def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) -> str:
-    """Claim results as one HTML table, the same in the notebooks and on the app's Papers page.
+def per_seed_summary(per_seed: Mapping[str, Sequence[Any]]) -> str:
+    """A one-line summary of per-seed numbers: each quantity's mean over seeds (its range when the seeds differ),
+    e.g. "val accuracy skip: 0.92 (0.89 to 0.93); val accuracy skipless: 0.08 (0.08 to 0.09)". A quantity whose
+    seeds each give a list ("val acc / final loss": [acc, loss]) is summarised part by part; flags are counted,
+    missing values shown as "-"; the line is cut at about 300 characters. The measured line of a claim that
+    gives no summary of its own (explorer.papers.claims and `verdict_table` both use it)."""
+    parts = []
+    for name, values in per_seed.items():
+        pieces = []
+        for label, column in _per_seed_parts(str(name), list(values or [])):
+            text = _seed_values_text(column)
+            if text:
+                pieces.append((label, text))
+        if len(pieces) > 1 and ": " in pieces[0][0]:  # parts of one quantity: "prefix: a x, b y"
+            prefix = pieces[0][0].rsplit(": ", 1)[0]
+            parts.append(f"{prefix}: " + ", ".join(f"{label.rsplit(': ', 1)[-1]} {text}" for label, text in pieces))
+        else:
+            parts.extend(f"{label}: {text}" for label, text in pieces)
+    text = "; ".join(parts)
+    return text if len(text) <= 300 else text[:297].rsplit(";", 1)[0] + "; ..."
 
-    A row needs only "verdict"; it may have "id", "section", "summary" (the one-line measured summary, shown first
-    under "measured"), "measured" (name -> number), "per_seed"
-    (quantity -> one value per seed, as explorer.papers.claims gives it; or a list, one entry per seed),
-    "rule", "threshold" and "reason" (how the verdict was decided and why), "expected", "setup", "note"
-    and "seconds"; missing fields are left blank. Every text is HTML-escaped, so claim text such as
-    "||W|| < 1" shows literally. Verdicts: holds (green), does-not-hold (red), inconclusive (violet,
-    never green), not-tested (ochre), error (grey); an unknown verdict shows in grey as written.
+
+def _seed_values_text(values: Sequence[Any]) -> str:
+    """One quantity over the seeds: "0.917 (0.89 to 0.93)", "20", "2 of 3" (flags), "-, 1.94e+03, -" (missing
+    values), or "" when there is nothing to show."""
+    numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    flags = [v for v in values if isinstance(v, bool)]
+    if numbers and len(numbers) == len(values):
+        mean = sum(numbers) / len(numbers)
+        low, high = min(numbers), max(numbers)
+        spread = f" ({low:.3g} to {high:.3g})" if len(numbers) > 1 and f"{low:.3g}" != f"{high:.3g}" else ""
+        return f"{mean:.3g}{spread}"
+    if flags and len(flags) == len(values):
+        return f"{sum(flags)} of {len(flags)}"
+    if numbers and all(v is None or isinstance(v, (int, float)) for v in values):
+        return ", ".join("-" if v is None else f"{v:.3g}" for v in values)
+    return ""
+
+
+def _per_seed_parts(name: str, values: list) -> list[tuple[str, list]]:
+    """A per-seed quantity as (label, one value per seed) parts: itself, or, where each seed gives a list of k
+    values, k parts named from the name's last "a / b" list ("L=10: val acc / final loss" -> "L=10: val acc" and
+    "L=10: final loss"; else "name [i]"). A seed without a value (None) is None in every part."""
+    lists = [v for v in values if isinstance(v, (list, tuple))]
+    if not lists or any(v is not None and not isinstance(v, (list, tuple)) for v in values) \
+            or len({len(v) for v in lists}) != 1:
+        return [(name, values)]
+    k = len(lists[0])
+    head, _, tail = name.rpartition(": ")
+    names = tail.split(" / ")
+    labels = [f"{head}: {n}" if head else n for n in names] if len(names) == k else [f"{name} [{i}]" for i in range(k)]
+    return [(label, [None if v is None else v[i] for v in values]) for i, label in enumerate(labels)]
+
+
+def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) -> str:
+    """Claim results as one HTML table, the same in the notebooks, on the static site and on the app's Papers page.
+
+    A row needs only "verdict"; it may have "id", "section", "summary" (the one-line measured summary),
+    "measured" (name -> number), "per_seed" (quantity -> one value per seed, as explorer.papers.claims gives it;
+    or a list, one entry per seed), "reason" (why the verdict came out so), "rule", "threshold", "expected",
+    "setup", "note" and "seconds"; missing fields are left blank. Each row reads, at 1280x720, as: the verdict;
+    the measured summary as its first, larger line (from the per-seed numbers, `per_seed_summary`, when the row
+    has no summary), the named measured numbers and "why" (the reason, one line per part of a combined verdict);
+    the per-seed numbers as a small table under them, one line per quantity and a column per seed (folded in a
+    "per seed" toggle beyond PER_SEED_SHOWN quantities); the rule, threshold and
+    set-up folded in a <details> "rule" toggle (plain HTML: it opens in a notebook, on the static site and in
+    st.html). Every text is HTML-escaped, so claim text such as "||W|| < 1" shows literally. Verdicts: holds
+    (green), does-not-hold (red), inconclusive (violet, never green), not-tested (ochre), error (grey); an
+    unknown verdict shows in grey as written.
     """
     import html
 
-    header = (["claim"] if show_claim else []) + ["verdict", "measured", "per seed", "rule / expected", "note", "s"]
+    header = (["claim"] if show_claim else []) + ["verdict", "measured, why, and the numbers per seed", "s"]
     body = []
     for row in rows:
         verdict = str(row.get("verdict", "error"))
         colour, label = VERDICT_STYLES.get(verdict, ("#6e7781", verdict))
-        measured = "<br>".join(([html.escape(str(row["summary"]))] if row.get("summary") else []) +
-                               [f"<b>{html.escape(str(k))}</b>: {_cell(v)}" for k, v in (row.get("measured") or {}).items()])
         seeds = row.get("per_seed") or []
-        if isinstance(seeds, Mapping):  # quantity -> [seed 0, seed 1, ...]
-            per_seed = "<br>".join(f"<b>{html.escape(str(k))}</b>: " + ", ".join(_cell(v) for v in (values or []))
-                                   for k, values in seeds.items())
-        else:
-            per_seed = "<br>".join(f"seed {i}: {_cell(v)}" for i, v in enumerate(seeds))
-        rule = "<br>".join(html.escape(f"{label}{row[k]}") for k, label in
-                           (("rule", ""), ("threshold", "threshold: "), ("reason", "why: "), ("expected", "expected: "))
-                           if row.get(k))
-        note = html.escape(" ".join(str(row[k]) for k in ("setup", "note") if row.get(k))).split("\nTraceback", 1)[0]
+        summary = str(row.get("summary") or "") or (per_seed_summary(seeds) if isinstance(seeds, Mapping) else "")
+        lines = [f"<div class='measured' style='font-size:1.08em;font-weight:600;margin-bottom:0.3em'>"
+                 + "<br>".join(html.escape(part.strip()) for part in summary.split(" | ")) + "</div>"] if summary else []
+        named = [f"<b>{html.escape(str(k))}</b>: {_cell(v)}" for k, v in (row.get("measured") or {}).items()]
+        if named:
+            lines.append(f"<div class='named' style='font-size:0.9em'>{'; '.join(named)}</div>")
+        if row.get("reason"):
+            parts = str(row["reason"]).split("; [") if str(row["reason"]).startswith("[") else [str(row["reason"])]
+            why = "<br>".join(html.escape(("[" if i else "") + part) for i, part in enumerate(parts))
+            lines.append(f"<div class='why' style='margin-top:0.3em'><b>why:</b> {why}</div>")
+        lines.append(_per_seed_table(seeds))
+        note = str(row.get("note") or "").split("\nTraceback", 1)[0].strip()
+        if note:
+            lines.append(f"<div class='note' style='font-size:0.9em'><b>note:</b> {html.escape(note)}</div>")
+        folded = [f"<b>{name}:</b> {html.escape(str(row[k]))}" for k, name in
+                  (("rule", "rule"), ("threshold", "threshold"), ("expected", "expected"), ("setup", "set-up"))
+                  if row.get(k)]
+        if folded:
+            lines.append("<details class='rule' style='margin-top:0.3em'><summary>rule</summary>"
+                         f"<div style='font-size:0.88em'>{'<br>'.join(folded)}</div></details>")
         cells = ([f"<b>{html.escape(str(row.get('id', '')))}</b><br><small>{html.escape(str(row.get('section', '')))}</small>"]
                  if show_claim else [])
         cells += [f"<span class='verdict verdict-{html.escape(verdict)}' style='color:{colour}'><b>{html.escape(label)}</b></span>",
-                  measured, per_seed, f"<small>{rule}</small>", f"<small>{note}</small>",
-                  _cell(row.get("seconds"))]
-        body.append("<tr>" + "".join(f"<td style='text-align:left;vertical-align:top'>{c}</td>" for c in cells) + "</tr>")
-    head = "".join(f"<th style='text-align:left'>{h}</th>" for h in header)
-    return f"<table class='explorer-verdicts'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+                  "".join(lines), _cell(row.get("seconds"))]
+        body.append("<tr>" + "".join(f"<td style='text-align:left;vertical-align:top;padding:0.4em'>{c}</td>"
+                                     for c in cells) + "</tr>")
+    head = "".join(f"<th style='text-align:left;padding:0.4em'>{h}</th>" for h in header)
+    return (f"<table class='explorer-verdicts' style='border-collapse:collapse;line-height:1.35'><thead><tr>{head}"
+            f"</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+
+PER_SEED_SHOWN = 8  # a verdict's per-seed table of more quantities is folded (the summary line gives their means)
+
+
+def _per_seed_table(seeds: Mapping[str, Sequence[Any]] | Sequence[Any]) -> str:
+    """The per-seed numbers as a compact nested table: a line per quantity and a column per seed (a list-valued
+    entry, "val acc / final loss", as "0.8 / 0.31"), in a "per seed" toggle beyond PER_SEED_SHOWN quantities; a
+    plain list as "seed i: value" lines."""
+    import html
+
+    if not isinstance(seeds, Mapping):
+        return "<div class='per-seed'>" + "<br>".join(f"seed {i}: {_cell(v)}" for i, v in enumerate(seeds)) + "</div>"
+    if not seeds:
+        return ""
+    n = max((len(values or []) for values in seeds.values()), default=0)
+
+    def value(v: Any) -> str:
+        return " / ".join(_cell(x) for x in v) if isinstance(v, (list, tuple)) else _cell(v)
+
+    style = "style='padding:0.05em 0.5em 0.05em 0;text-align:left;font-weight:normal;white-space:nowrap'"
+    head = f"<tr><th {style}></th>" + "".join(f"<th {style}>seed {i}</th>" for i in range(n)) + "</tr>"
+    lines = "".join(f"<tr><td style='padding:0.05em 0.5em 0.05em 0'>{html.escape(str(name))}</td>"
+                    + "".join(f"<td {style}>{value(v)}</td>" for v in (values or [])) + "</tr>"
+                    for name, values in seeds.items())
+    table = (f"<table class='per-seed' style='font-size:0.85em;border-collapse:collapse;margin:0.3em 0 0 0'>"
+             f"<thead>{head}</thead><tbody>{lines}</tbody></table>")
+    if len(seeds) > PER_SEED_SHOWN:
+        return (f"<details class='per-seed' style='margin-top:0.3em'><summary>per seed ({len(seeds)} quantities)"
+                f"</summary>{table}</details>")
+    return table
+
+
+#: What a per-seed quantity measures, read from its name: the first of these words it contains names the
+#: axis it is drawn on in `claim_figure` (a name with none is grouped by its first word).
+CLAIM_MEASURES: tuple[tuple[str, str], ...] = (
+    ("loss ratio", "loss ratio"), ("rises", "loss rises"), ("steps", "steps"), ("accuracy", "accuracy"),
+    ("val acc", "accuracy"), ("miou", "mIoU"), ("gain", "gain"), ("loss", "loss"), ("share", "share"),
+    ("growth", "growth"), ("exponent", "exponent"), ("depth", "depth"), ("kappa", "condition number"),
+)
+
+
+def _claim_measure(label: str) -> str:
+    lower = label.lower()
+    for word, measure in CLAIM_MEASURES:
+        if word in lower:
+            return measure
+    return label.split()[0].split("(")[0] if label.split() else label
+
+
+def _claim_axis_title(measure: str, labels: Sequence[str]) -> str:
+    """An axis's title: the words its quantities' names begin with ("val loss", "rank(theta1 - I)"), without an
+    arm's "eps =" or "at width", where those words name what is measured (they contain the measure's word, or
+    the measure is no word of `CLAIM_MEASURES`); else the measure ("accuracy")."""
+    common = []
+    for column in zip(*(label.split() for label in labels)):
+        if len(set(column)) != 1:
+            break
+        common.append(column[0])
+    if common and common[-1] == "=":  # "..., eps =": the arm's variable, not the quantity
+        common = common[:-2]
+    prefix = " ".join(common).rsplit(" at ", 1)[0].rstrip(",:;")
+    words = [word for word, m in CLAIM_MEASURES if m == measure]
+    if len(labels) > 1 and prefix and (not words or any(word in prefix.lower() for word in words)):
+        return prefix
+    return measure
+
+
+def _wrap(text: str, width: int = 36) -> str:
+    """`text` broken into lines of about `width` characters, joined with <br> (a tick label): after its last ": "
+    first ("lr 0.01, 1/L @ L=10:" / "val acc"), then at spaces."""
+    if len(text) > width and ": " in text:
+        head, tail = text.rsplit(": ", 1)
+        return f"{_wrap(head + ':', width)}<br>{_wrap(tail, width)}"
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return "<br>".join([*lines, line])
+
+
+def claim_figure(row: Mapping[str, Any]) -> go.Figure | None:
+    """The numbers a claim's verdict rests on: a strip plot of its per-seed numbers, a line per quantity and a
+    marker per seed (hover: the seed and its value), the quantities grouped by what they measure (`CLAIM_MEASURES`:
+    accuracies, losses, steps... each on its own axis; a log axis where a group spans more than two decades).
+    A list-valued entry ("val acc / final loss": [acc, loss] per seed) is split into its parts. Flags and missing
+    values are left out (the quantity's label says on how many seeds a value is missing). None when the row has
+    no per-seed numbers to draw: nothing is drawn that was not measured."""
+    seeds = row.get("per_seed")
+    if not isinstance(seeds, Mapping):
+        return None
+    groups: dict[str, list[tuple[str, list]]] = {}
+    for name, values in seeds.items():
+        for label, column in _per_seed_parts(str(name), list(values or [])):
+            if any(isinstance(v, bool) for v in column):
+                continue
+            numbers = [_number(v) for v in column]
+            if any(v is not None for v in numbers):
+                groups.setdefault(_claim_measure(label), []).append((label, numbers))
+    if not groups:
+        return None
+    n_seeds = max(len(column) for quantities in groups.values() for _, column in quantities)
+    sizes = [len(quantities) for quantities in groups.values()]
+    fig = make_subplots(rows=len(groups), cols=1, row_heights=[s / sum(sizes) for s in sizes],
+                        vertical_spacing=min(0.12, 0.35 / len(groups)) if len(groups) > 1 else 0.0)
+    colours = run_colors([f"seed {i}" for i in range(n_seeds)])
+    for index, (measure, quantities) in enumerate(groups.items(), start=1):
+        labels = []
+        for label, column in quantities:
+            missing = sum(v is None for v in column)
+            labels.append(_wrap(label + (f" (no value on {missing} of {len(column)} seeds)" if missing else "")))
+        values = [v for _, column in quantities for v in column if v is not None]
+        log = min(values) > 0 and max(values) / min(values) > 100
+        for seed in range(n_seeds):
+            xs = [column[seed] if seed < len(column) else None for _, column in quantities]
+            shown = [(x, y) for x, y in zip(xs, labels) if x is not None]
+            if not shown:
+                continue
+            fig.add_trace(go.Scatter(
+                x=[x for x, _ in shown], y=[y for _, y in shown], mode="markers", name=f"seed {seed}",
+                legendgroup=f"seed {seed}", showlegend=index == 1,
+                marker=dict(size=11, color=colours[f"seed {seed}"], opacity=0.85, line=dict(width=1, color="white")),
+                hovertemplate=f"%{{y}}<br>seed {seed}: %{{x:{_FMT}}}<extra></extra>"), row=index, col=1)
+        fig.update_yaxes(type="category", categoryorder="array", categoryarray=labels[::-1], automargin=True,
+                         tickfont=dict(size=13), row=index, col=1)
+        title = _claim_axis_title(measure, [label for label, _ in quantities])
+        fig.update_xaxes(title=dict(text=_axis_title(title, log), font=dict(size=14)), tickfont=dict(size=13),
+                         automargin=True, row=index, col=1, **(_log_axis(values) if log else {}))
+    return _finish(fig, "The numbers per seed",
+                   height=150 + 34 * sum(sizes) + 70 * len(groups), font=dict(size=14),
+                   margin=dict(l=10, r=20, t=50, b=40),
+                   legend=dict(orientation="h", yanchor="top", y=-0.08 - 60 / (150 + 34 * sum(sizes) + 70 * len(groups)),
+                               xanchor="left", x=0.0))
+
+
+GRID_METRICS = {"final_loss": "final loss", "final_val_loss": "final validation loss",
+                "final_val_accuracy": "final validation accuracy"}  # a grid row's metrics (explorer.sweeps rows)
+
+
+def grid_figure(rows: Sequence[Mapping[str, Any]], y: str, x: str | None = None, metric: str = "final_loss",
+                title: str | None = None) -> go.Figure:
+    """A grid's runs as one heatmap of `metric` over two of its axes, each cell's value printed in it.
+
+    `rows` are explorer.sweeps rows (`result_row`): "point" (the run's value on each grid axis and its "seed"),
+    "status", "diverged_at" and the metric. `y` and `x` name axes of the point (e.g. "topology.shortcuts" and
+    "seed"); runs that share a cell (the seeds, when `x` is not "seed") are averaged, and with `x=None` every run
+    of a `y` value shares one "seed mean" column. A cell with a diverged run is left uncoloured and marked x,
+    "diverged at step N" on hover; a cell with no value yet says what its runs are doing (queued, running, ...).
+    The colour scale is sequential, the better end bright: a loss on a log scale, an accuracy linear.
+    """
+    if metric not in GRID_METRICS:
+        raise ValueError(f"metric must be one of {', '.join(GRID_METRICS)}, got {metric!r}")
+    if not rows:
+        raise ValueError("rows is empty: give the grid's rows (explorer.sweeps.result_row)")
+    for axis in (y, x):
+        if axis is not None and any(axis not in row["point"] for row in rows):
+            raise ValueError(f"axis {axis!r} is not in every row's point; axes: {', '.join(rows[0]['point'])}")
+
+    def category(axis: str | None, value: Any) -> str:
+        if axis is None:
+            return "seed mean"
+        text = f"{value:g}" if isinstance(value, float) else str(value)
+        return f"seed {text}" if axis == "seed" else text
+
+    cells: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        cells.setdefault((category(y, row["point"][y]), category(x, x and row["point"][x])), []).append(row)
+    ys = list(dict.fromkeys(key[0] for key in cells))
+    xs = list(dict.fromkeys(key[1] for key in cells))
+    name = GRID_METRICS[metric]
+    values = np.full((len(ys), len(xs)), np.nan)
+    text = [[""] * len(xs) for _ in ys]
+    hover = [[f"{y_}<br>{x_}<br>no run" for x_ in xs] for y_ in ys]
+    marks: list[tuple[str, str, str]] = []
+    for (y_, x_), members in cells.items():
+        i, j = ys.index(y_), xs.index(x_)
+        diverged = [row for row in members if row["status"] == "diverged"]
+        found = [float(row[metric]) for row in members if row["status"] != "diverged" and _number(row.get(metric)) is not None]
+        lines = [f"{row['label']}: " + (f"diverged at step {row['diverged_at']}" if row in diverged else
+                                         f"{row['status']}, {name} " + ("-" if _number(row.get(metric)) is None
+                                                                       else f"{float(row[metric]):{_FMT}}"))
+                 for row in members]
+        if diverged:
+            marks.append((x_, y_, "<br>".join(lines)))
+        elif found:
+            values[i, j] = float(np.mean(found))
+            text[i][j] = f"{values[i, j]:.3g}"
+            if len(found) > 1:
+                lines.insert(0, f"mean of {len(found)} runs: {values[i, j]:{_FMT}}")
+        else:
+            text[i][j] = "/".join(dict.fromkeys(row["status"] for row in members))
+        hover[i][j] = f"<b>{y_} · {x_}</b><br>" + "<br>".join(lines)
+    is_loss = "loss" in metric
+    log = is_loss and bool(np.isfinite(values).any()) and bool((values[np.isfinite(values)] > 0).all())
+    z = np.log10(values) if log else values
+    finite = z[np.isfinite(z)]
+    colorbar: dict[str, Any] = {"title": {"text": name + (" (log scale)" if log else "")}}
+    if log and finite.size:
+        ticks = np.unique(np.linspace(finite.min(), finite.max(), 5))
+        colorbar.update(tickvals=ticks.tolist(), ticktext=[f"{10 ** t:.3g}" for t in ticks])
+    fig = go.Figure(go.Heatmap(
+        z=z.tolist(), x=xs, y=ys, text=text, texttemplate="%{text}", textfont={"size": 14},
+        customdata=hover, hovertemplate="%{customdata}<extra></extra>", hoverongaps=True,
+        colorscale="Viridis", reversescale=is_loss, colorbar=colorbar, xgap=2, ygap=2))
+    if marks:
+        fig.add_trace(go.Scatter(
+            x=[m[0] for m in marks], y=[m[1] for m in marks], mode="markers", name="diverged",
+            marker={"symbol": "x", "size": 18, "color": "#c0392b", "line": {"width": 1, "color": "#7b241c"}},
+            customdata=[m[2] for m in marks], hovertemplate="%{customdata}<extra>diverged</extra>", showlegend=False))
+    x_title = "seeds averaged" if x is None else x
+    return _finish(fig, title or f"Grid: {name} by {y} and {x_title}",
+                   xaxis={"type": "category", "title": {"text": x_title}, "side": "bottom"},
+                   yaxis={"type": "category", "title": {"text": y}, "autorange": "reversed", "automargin": True},
+                   height=min(max(160 + 56 * len(ys), 320), 680), margin={"l": 80, "r": 30, "t": 70, "b": 60})

@@ -156,8 +156,13 @@ def _v1(conn: sqlite3.Connection) -> None:
         ) WITHOUT ROWID""")
 
 
+def _v2(conn: sqlite3.Connection) -> None:
+    """Version 2: the changes of design a run made while it trained (explorer.Run.rewire)."""
+    conn.execute("ALTER TABLE runs ADD COLUMN rewires TEXT")  # [{"step", "topology"}] (JSON), NULL: none
+
+
 # MIGRATIONS[i] takes a store from schema version i to i + 1; append, never edit, to change the schema.
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1]
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_v1, _v2]
 
 
 def schema_version() -> int:
@@ -278,7 +283,7 @@ def _check_state(state: Any, path: str = "state") -> None:
 
 # ---- the store ----------------------------------------------------------------------------------
 
-_RUN_FIELDS = ("label", "status", "steps_done", "diverged_at", "wall_time", "final", "environment", "parent")
+_RUN_FIELDS = ("label", "status", "steps_done", "diverged_at", "wall_time", "final", "environment", "parent", "rewires")
 _JSON_FIELDS = ("final", "environment")
 
 
@@ -471,7 +476,8 @@ class RunStore:
             raise UnknownRun(run_id) from None
 
     def set_status(self, run_id: str, status: str, **fields: Any) -> None:
-        """Set a run's status and any of label, steps_done, diverged_at, wall_time, final, environment, parent."""
+        """Set a run's status and any of label, steps_done, diverged_at, wall_time, final, environment, parent,
+        rewires (the run's `Run.rewires`: its design from each of those steps on)."""
         unknown = set(fields) - set(_RUN_FIELDS)
         if unknown:
             raise TypeError(f"set_status: unknown fields {sorted(unknown)}; valid: {', '.join(_RUN_FIELDS)}")
@@ -479,6 +485,9 @@ class RunStore:
         for key in _JSON_FIELDS:
             if key in values and values[key] is not None:
                 values[key] = _dumps(values[key])
+        if values.get("rewires") is not None:
+            values["rewires"] = _dumps([{"step": int(r["step"]), "topology": dict(r["topology"])}
+                                        for r in values["rewires"]])
         if values.get("wall_time") is not None:
             values["wall_time"] = float(values["wall_time"])
         columns = ", ".join(f"{key} = ?" for key in values)
@@ -587,6 +596,14 @@ class RunStore:
                 raise DamagedRun(record["id"], f"its {key} is not a JSON object")
         if not all(isinstance(section, dict) for section in record["spec"].values()):
             raise DamagedRun(record["id"], "its spec has a section that is not a JSON object")
+        try:
+            record["rewires"] = _loads(record.get("rewires")) or []
+        except (ValueError, TypeError, RecursionError):
+            raise DamagedRun(record["id"], "its rewires are not valid JSON") from None
+        if not isinstance(record["rewires"], list) or not all(
+                isinstance(r, dict) and isinstance(r.get("step"), int) and isinstance(r.get("topology"), dict)
+                for r in record["rewires"]):
+            raise DamagedRun(record["id"], "its rewires are not a list of {step, topology}")
         return record
 
     @staticmethod
@@ -602,6 +619,9 @@ class RunStore:
 
     def get(self, run_id: str, arrays: bool = True) -> dict[str, Any]:
         """Everything about one run: its fields, spec (dict), environment, history rows and probe results.
+
+        `spec` is the design the run started with; `rewires` lists the changes it made while it trained
+        ({"step": N, "topology": the topology section from step N + 1 on}, in order; [] for most runs).
 
         Probe results come back as numpy arrays, or as their JSON encoding with `arrays=False`.
         Reads happen in one transaction, so the record is a consistent snapshot.
@@ -857,7 +877,8 @@ class StoreRecorder:
     """A `train(..., callbacks=[recorder])` listener that records the run into a RunStore as it trains.
 
     "start" creates the run (status running, with the environment), each "log" appends its history row
-    and probe results (and a checkpoint every `checkpoint_every` steps), "end" writes the final status and
+    and probe results (and a checkpoint every `checkpoint_every` steps) and any rewires of the run (its stored
+    spec stays the design it started with), "end" writes the final status and
     metrics, any rows logged without an event (a stopped run's last step), and a final checkpoint: the
     full training state of `Run.checkpoint()`, from which `resume` continues. With `resume=run_id` it
     goes on writing into that run instead of creating one. `run_id` is the id of the run being recorded.
@@ -908,7 +929,8 @@ class StoreRecorder:
             self._steps.add(event.step)
             for name, result in event.probes.items():
                 self.store.append_probes(self.run_id, event.step, name, result)
-            self.store.set_status(self.run_id, run.status, steps_done=run.steps_done, wall_time=run.wall_time)
+            self.store.set_status(self.run_id, run.status, steps_done=run.steps_done, wall_time=run.wall_time,
+                                  **self._rewires(run))
             if self.checkpoint_every and event.step and event.step % self.checkpoint_every == 0:
                 self._checkpoint(run)
         elif event.kind == "end":
@@ -917,8 +939,14 @@ class StoreRecorder:
             self._steps.update(row["step"] for row in missed)
             self._checkpoint(run)
             self.store.set_status(self.run_id, run.status, steps_done=run.steps_done, diverged_at=run.diverged_at,
-                                  wall_time=run.wall_time, final=run.final)
+                                  wall_time=run.wall_time, final=run.final, **self._rewires(run))
             self.release()
+
+    @staticmethod
+    def _rewires(run) -> dict[str, Any]:
+        """The run's rewires as a set_status field, where it has any."""
+        rewires = getattr(run, "rewires", None)
+        return {"rewires": rewires} if rewires else {}
 
     def release(self) -> None:
         """Let another process write into this run (done at "end"; call it when training raised)."""

@@ -8,20 +8,32 @@ every trial into the run store as soon as it returns, so the store needs no shar
 A trial that fails is recorded as "failed" with its error and the others go on; a diverged
 trial is a result like any other. With `batched=True` the seeds of each grid point train as one
 stacked model (explorer.batched) in one worker.
+
+Each trial's row (`result_row`) carries its `point`: its value on each axis of the grid and its seed, which
+`plots.grid_figure` lays out as a heatmap of the final loss (or accuracy) over two axes. A grid of shortcut
+designs is a grid over topology.shortcuts on the `shortcuts` topology (`design_grid`), each design shown by its
+canonical text ("0:3+1:4").
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 import traceback
 from collections.abc import Iterable
 from typing import Any
 
 from explorer.parallel import BACKENDS, Workers
+from explorer.plots import GRID_METRICS
 from explorer.registries import SpecError
 from explorer.spec import ExperimentSpec
+from explorer.topology import parse_shortcuts, shortcuts_text
+from explorer.training import finite
 
+DESIGN_PATH = "topology.shortcuts"  # the axis of a grid of shortcut designs
+SEED_AXIS = "seed"  # every row's point holds its seed under this axis
+METRICS = GRID_METRICS  # a row's final metrics: key -> what it is
 
 
 def trials(spec: ExperimentSpec, grid: dict[str, list] | None = None, seeds: int = 1) -> list[tuple[str, ExperimentSpec]]:
@@ -44,14 +56,68 @@ def trials(spec: ExperimentSpec, grid: dict[str, list] | None = None, seeds: int
 
 
 def parse_grid(items: Iterable[str]) -> dict[str, list[str]]:
-    """["model.depth=10,30", ...] -> {"model.depth": ["10", "30"]} (values are coerced by the spec)."""
+    """["model.depth=10,30", ...] -> {"model.depth": ["10", "30"]} (values are coerced by the spec).
+
+    Values are separated by commas, or by semicolons where a value holds commas itself
+    ("topology.shortcuts=0:3,1:4;0:2" is two designs)."""
     grid = {}
     for item in items:
         path, sep, values = item.partition("=")
         if not sep or not values.strip():
             raise SpecError("--grid", f"{item!r} is not PATH=V1,V2,...; write e.g. --grid model.depth=10,30")
-        grid[path.strip()] = [v.strip() for v in values.split(",")]
+        grid[path.strip()] = split_values(values)
     return grid
+
+
+def split_values(text: str) -> list[str]:
+    """An axis' typed values: "a;b" or one per line when a value holds commas ("0:3,1:4; 0:2"), else "a,b"."""
+    separators = r"[;\n]" if re.search(r"[;\n]", text) else ","
+    return [value.strip() for value in re.split(separators, text) if value.strip()]
+
+
+def design_label(text: str) -> str:
+    """A shortcut design's canonical text joined by "+" (it names a grid point): "1:4, 0:3" -> "0:3+1:4"."""
+    return shortcuts_text(parse_shortcuts(text)).replace(",", "+")
+
+
+def design_grid(spec: ExperimentSpec, designs: Iterable[str]) -> tuple[ExperimentSpec, dict[str, list[str]]]:
+    """(base, grid) of a grid of shortcut designs: `spec` on the shortcuts topology and the designs' canonical
+    texts on topology.shortcuts. SpecError naming the field and the design when one is malformed, repeated or
+    does not fit the model (a shortcut past its last block)."""
+    designs = list(designs)
+    if not designs:
+        raise SpecError(DESIGN_PATH, "give at least one shortcut design, e.g. 0:3 or 0:3,1:4")
+    base = spec if spec.topology.name == "shortcuts" else spec.with_values({"topology.name": "shortcuts"})
+    seen: dict[str, str] = {}
+    for text in designs:
+        try:
+            canonical = shortcuts_text(parse_shortcuts(text))
+            base.with_values({DESIGN_PATH: canonical})  # the model's own check: enough blocks, ...
+        except SpecError as error:
+            raise SpecError(error.path, f"design {text.strip()!r}: {error.message}") from None
+        if canonical in seen:
+            spelled = "" if seen[canonical] == text.strip() else f" (as {seen[canonical]!r} and {text.strip()!r})"
+            raise SpecError(DESIGN_PATH, f"the design {design_label(canonical)} is listed twice{spelled}; "
+                                         "list each design once")
+        seen[canonical] = text.strip()
+    return base, {DESIGN_PATH: list(seen)}
+
+
+def point(spec: ExperimentSpec, paths: Iterable[str]) -> dict[str, Any]:
+    """The trial's value on each grid axis (a design by its label "0:3+1:4") and its seed."""
+    found = {path: design_label(spec.get(path)) if path == DESIGN_PATH else spec.get(path) for path in paths}
+    return {**found, SEED_AXIS: spec.train.seed}
+
+
+def result_row(label: str, spec: ExperimentSpec, paths: Iterable[str], status: str,
+               history: list[dict[str, Any]] | None = None, diverged_at: int | None = None, **extra: Any) -> dict:
+    """One trial's row, as `sweep` returns it and `plots.grid_figure` reads it: label, point (see `point`),
+    status, diverged_at, the final metrics of METRICS (None where not logged or not finite), its spec, and
+    `extra` (run_id, error, ...). A trial still training has the metrics of its last logged row."""
+    final = history[-1] if history else {}
+    metrics = {key: finite(final.get(key.removeprefix("final_"))) for key in METRICS}
+    return {"label": label, "point": point(spec, paths), "status": status, "diverged_at": diverged_at, **metrics,
+            "spec": spec.to_dict(), **extra}
 
 
 def _run_group(specs: list[dict], batched: bool, threads: int) -> list[dict[str, Any]]:
@@ -96,23 +162,24 @@ def _cpu(state):
     return state
 
 
-def _record(store, label: str, spec: ExperimentSpec, sweep_label: str, outcome: dict) -> dict[str, Any]:
-    """Write one finished trial into the store; its summary row for the caller."""
+def _record(store, label: str, spec: ExperimentSpec, paths: list[str], sweep_label: str,
+            outcome: dict) -> dict[str, Any]:
+    """Write one finished trial into the store; its row (`result_row`) for the caller."""
     from explorer.runs import environment
 
     run_id = store.create(spec, f"{sweep_label} {label}".strip(), status="running")
     if outcome["status"] == "failed":
         store.set_status(run_id, "failed", final={"error": outcome["error"]})
-        return {"run_id": run_id, "label": label, "status": "failed", "error": outcome["error"].splitlines()[0],
-                "spec": spec.to_dict()}
+        return result_row(label, spec, paths, "failed", run_id=run_id, error=outcome["error"].splitlines()[0])
     summary = outcome["summary"]
     store.append_history(run_id, summary["history"])
     store.save_checkpoint(run_id, outcome["checkpoint"])
     store.set_status(run_id, summary["status"], steps_done=summary["steps"], diverged_at=summary["diverged_at"],
                      wall_time=summary["wall_time"], final=summary["history"][-1] if summary["history"] else {},
                      environment=environment(summary["device"]))
-    row = {k: v for k, v in summary.items() if k != "history"}
-    return {"run_id": run_id, "label": label, **row}
+    rest = {k: v for k, v in summary.items() if k not in ("history", "status", "diverged_at", "spec", *METRICS)}
+    return {"run_id": run_id, **result_row(label, spec, paths, summary["status"], summary["history"],
+                                           summary["diverged_at"], **rest)}
 
 
 def _groups(items: list[tuple[str, ExperimentSpec]], seeds: int, batched: bool) -> list[list[tuple[str, ExperimentSpec]]]:
@@ -149,7 +216,7 @@ def sweep(spec: ExperimentSpec | str, grid: dict[str, list] | None = None, seeds
 
     def finished(group, outcomes):
         for (trial_label, trial_spec), outcome in zip(group, outcomes):
-            row = _record(store, trial_label, trial_spec, label, outcome)
+            row = _record(store, trial_label, trial_spec, list(grid or {}), label, outcome)
             results.append(row)
             if callback is not None:
                 callback(row)

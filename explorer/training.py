@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,8 +22,9 @@ from explorer.data import Dataset, build_dataset, loss_function
 from explorer.init import initialize
 from explorer.nn.models import build_model
 from explorer.optim import build_optimizer, is_full_batch
-from explorer.registries import SpecError
+from explorer.registries import SpecError, quote
 from explorer.spec import ExperimentSpec
+from explorer.topology import Topology
 
 
 class StopTraining(Exception):
@@ -44,7 +45,12 @@ class Event:
 
 @dataclass
 class Run:
-    """A training run: its spec, model, status ("running", "finished", "diverged", "stopped") and history."""
+    """A training run: its spec, model, status ("running", "finished", "diverged", "stopped") and history.
+
+    `spec` is the design the model has now; a run rewired while it trained (`rewire`) started from
+    `initial_spec` and lists each change in `rewires` ({"step": N, "topology": the whole topology section
+    from then on}), so the stored run can be reproduced.
+    """
 
     spec: ExperimentSpec
     model: nn.Module
@@ -57,7 +63,26 @@ class Run:
     diverged_loss: float | None = None  # the loss at `diverged_at` (inf or nan when it was not finite)
     wall_time: float = 0.0
     probe_history: list[dict[str, Any]] = field(default_factory=list)  # {"step", "name", "result"}, in order
+    rewires: list[dict[str, Any]] = field(default_factory=list)  # {"step", "topology"}, in order
+    initial_spec: ExperimentSpec | None = None  # the spec it was started with (None: the same as `spec`)
     _state: Callable[[], dict] | None = field(default=None, repr=False)
+    _rewire: Callable[[dict], None] | None = field(default=None, repr=False)
+
+    def rewire(self, topology: dict[str, Any]) -> None:
+        """Change the running model's topology, keeping every block's weights: call it from a callback during
+        a "log" event at step N. The loss at step N and the update it drives use the design before; the
+        forward pass of step N + 1 runs the new one. New learnable coefficients join the optimizer (with the
+        run's learning rate settings), removed ones leave it.
+
+        `topology` is a topology section ({"name": "shortcuts", "shortcuts": "0:2,0:3"}); without "name", or
+        with the current one, the parameters it leaves out keep their current values. A design that is not
+        valid, or that would change the blocks (another block count, e.g. a Transformer split into attention
+        and MLP blocks), raises SpecError naming `topology`; the run is then unchanged. The change is appended
+        to `rewires` and `spec` becomes the new design.
+        """
+        if self._rewire is None:
+            raise RuntimeError("Run.rewire works only from a callback during a \"log\" event of explorer.train")
+        self._rewire(topology)
 
     def checkpoint(self) -> dict[str, Any]:
         """Everything needed to resume this run where it stands (tensors, numbers, lists and dicts only, so it
@@ -77,20 +102,22 @@ class Run:
             "status": self.status,
             "steps": self.steps_done,
             "diverged_at": self.diverged_at,
-            "diverged_loss": _finite(self.diverged_loss),
-            "final_loss": _finite(final.get("loss")),
-            "final_val_loss": _finite(final.get("val_loss")),
-            "final_val_accuracy": _finite(final.get("val_accuracy")),
+            "diverged_loss": finite(self.diverged_loss),
+            "final_loss": finite(final.get("loss")),
+            "final_val_loss": finite(final.get("val_loss")),
+            "final_val_accuracy": finite(final.get("val_accuracy")),
             "wall_time": round(self.wall_time, 4),
             "steps_per_second": round(self.steps_done / self.wall_time, 2) if self.wall_time > 0 else None,
             "device": self.device,
             "parameters": sum(p.numel() for p in self.model.parameters()),
-            "history": [{k: _finite(v) for k, v in row.items()} for row in self.history],
+            "history": [{k: finite(v) for k, v in row.items()} for row in self.history],
             "spec": self.spec.to_dict(),
+            **({"initial_spec": self.initial_spec.to_dict(), "rewires": [dict(r) for r in self.rewires]}
+               if self.rewires else {}),
         }
 
 
-def _finite(value):
+def finite(value):
     """JSON-safe number: ints stay ints, non-finite floats become None."""
     if value is None or isinstance(value, int):
         return value
@@ -200,6 +227,92 @@ class _LiveProbes:
                 for name, options in self.probes.items()}
 
 
+def rewired_spec(spec: ExperimentSpec, topology: Any) -> ExperimentSpec:
+    """`spec` with its topology section replaced by `topology` (validated as any spec is). Without "name", or
+    with the current one, the parameters `topology` leaves out keep their current values."""
+    if not isinstance(topology, Mapping):
+        raise SpecError("topology", f"expected a topology section such as {{'name': 'shortcuts', 'shortcuts': "
+                                    f"'0:2'}}, got {quote(topology)}")
+    current = spec.topology.to_dict()
+    section = dict(topology)
+    if section.get("name", current["name"]) == current["name"]:
+        section = {**current, **section}
+    raw = spec.to_dict()
+    raw["topology"] = section
+    return ExperimentSpec.from_dict(raw)
+
+
+def _topologies(model: nn.Module) -> list[Topology]:
+    return [m for m in model.modules() if isinstance(m, Topology)]
+
+
+def _rewired_topologies(model: nn.Module, spec: ExperimentSpec, data: Dataset, seed: int) -> list[Topology]:
+    """The topology modules `spec` builds for `model`, in model order; SpecError naming `topology` when the
+    design would change anything but the topologies (the blocks, their count, the heads)."""
+    fresh = build_model(spec, data.dims)
+
+    def shapes(net: nn.Module) -> dict[str, tuple]:
+        inside = [name for name, m in net.named_modules() if isinstance(m, Topology)]
+        tensors = {**dict(net.named_parameters()), **dict(net.named_buffers())}
+        return {"modules": inside, **{name: (tuple(t.shape), t.dtype) for name, t in tensors.items()
+                                     if not any(name.startswith(f"{top}.") for top in inside)}}
+
+    if shapes(fresh) != shapes(model):
+        raise SpecError("topology", f"{spec.topology.name} would change the model's blocks (their number or their "
+                                    "shapes), which a running model keeps; rewire it to a topology with the same "
+                                    "blocks, or start a new run with this design")
+    gen = torch.Generator().manual_seed(seed)  # as explorer.init draws the gates of a newly built model
+    tops = _topologies(fresh)
+    for top in tops:
+        top.init_gates(gen)
+    return tops
+
+
+def _swap_topologies(model: nn.Module, optimizer, schedule, spec: ExperimentSpec, new: list[Topology]) -> None:
+    """Put `new` in place of the model's topology modules; their coefficients leave the optimizer and the new
+    ones join it, as build_optimizer would group them, at the learning rate the schedule gives now."""
+    old = _topologies(model)
+    device = next(model.parameters()).device
+    new = [top.to(device) for top in new]
+    replacement = {id(o): n for o, n in zip(old, new)}
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if id(child) in replacement:
+                setattr(parent, name, replacement[id(child)])
+    gone = [p for top in old for p in top.parameters()]
+    ids = {id(p) for p in gone}
+    for group in optimizer.param_groups:
+        group["params"] = [p for p in group["params"] if id(p) not in ids]
+    for p in gone:
+        optimizer.state.pop(p, None)
+    holder = nn.ModuleList(new)
+    if not any(True for _ in holder.parameters()):
+        return
+    extra, extra_schedule = build_optimizer(holder, spec.optim, 1)
+    factor = schedule.lr_lambdas[0]
+    for group in extra.param_groups:
+        if group["params"]:
+            group["lr"] = group["initial_lr"] * factor(schedule.last_epoch)
+            optimizer.add_param_group(group)
+            schedule.base_lrs.append(group["initial_lr"])
+            schedule.lr_lambdas.append(factor)
+    optimizer.state.update(extra.state)
+    schedule._last_lr = [group["lr"] for group in optimizer.param_groups]
+
+
+def _check_schedule(rewire: dict[int, Any], steps: int, log_every: int) -> dict[int, Any]:
+    """The `rewire` argument of train: every key a logged step of the run."""
+    if not isinstance(rewire, Mapping):
+        raise SpecError("rewire", f"expected {{step: topology section}}, got {quote(rewire)}")
+    for step in rewire:
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= steps \
+                or not (step % log_every == 0 or step == steps):
+            raise SpecError("rewire", f"step {quote(step)} is not a logged step of this run; a rewire happens at a "
+                                      f"log event: use a multiple of train.log_every={log_every} (or the last "
+                                      f"step, {steps}) between 0 and {steps}")
+    return dict(rewire)
+
+
 def log_step(run: Run, losses: torch.Tensor, checked: int, step: int, diverge_factor: float, start: float) -> dict:
     """Write step `step` into `run` (the one logging path of `train` and `explorer.batched`): the losses of
     steps `checked`..`step` (read from the device buffer `losses` only here) are checked for divergence (not
@@ -229,6 +342,7 @@ def train(
     probe_every: int = 100,
     probe_inputs: int = 8,
     resume_from: dict[str, Any] | None = None,
+    rewire: dict[int, dict[str, Any]] | None = None,
 ) -> Run:
     """Train `spec` to the end, to divergence, or until `stop` is set / a callback raises StopTraining.
 
@@ -236,9 +350,15 @@ def train(
     first `probe_inputs` validation examples; their results land in `run.probe_history` and in the log
     event's `probes`, so a listener can redraw a spectrum or a heatmap while the run trains.
     `resume_from` (a `Run.checkpoint()`) continues a stopped or interrupted run: on CPU the result is the
-    same as a run that never stopped.
+    same as a run that never stopped, rewires included.
+    `rewire` ({step: topology section}) rewires the run at those steps (each a logged step), as a callback
+    calling `Run.rewire` at that step's log event would.
     """
     callbacks = list(callbacks or [])
+    schedule_rewires = _check_schedule(rewire or {}, spec.train.steps, spec.train.log_every)
+    restored = list(resume_from.get("rewires", [])) if isinstance(resume_from, dict) else []
+    if restored:  # the run starts from the design it was started with, then changes as it did
+        spec = rewired_spec(spec, resume_from.get("initial_topology", spec.topology.to_dict()))
     model, data = build(spec)
     flush_denormals(model)
     live = _LiveProbes(probes, probe_every, data, probe_inputs) if probes else None
@@ -247,11 +367,37 @@ def train(
     optimizer, schedule = build_optimizer(model, spec.optim, cfg.steps)
     loss_fn = loss_function(data.task)
     batches = _Batches(data, cfg.batch_size, is_full_batch(spec.optim), cfg.seed + 1)
-    run = Run(spec, model, data, str(device))
+    run = Run(spec, model, data, str(device), initial_spec=spec)
     losses = torch.full((cfg.steps + 1,), float("nan"), device=device)
     checked = 0  # losses[:checked] are known to be sane
     start = time.perf_counter()
     step = 0
+    pending: list[tuple[ExperimentSpec, list[Topology]]] = []  # rewires made at this log event, swapped after it
+    logging = False  # inside a log event, where Run.rewire is allowed
+
+    def add_rewire(record: dict[str, Any]) -> None:
+        new_spec = rewired_spec(run.spec, record["topology"])
+        pending.append((new_spec, _rewired_topologies(model, new_spec, data, cfg.seed)))
+        run.rewires.append({"step": int(record["step"]), "topology": new_spec.topology.to_dict()})
+        run.spec = new_spec
+
+    def apply_pending() -> None:
+        for new_spec, tops in pending:
+            _swap_topologies(model, optimizer, schedule, new_spec, tops)
+        pending.clear()
+
+    def rewire_now(topology: dict[str, Any]) -> None:
+        if not logging:
+            raise RuntimeError("Run.rewire works only from a callback during a \"log\" event of explorer.train")
+        add_rewire({"step": step, "topology": topology})
+
+    run._rewire = rewire_now
+    if restored:
+        applied = int(resume_from.get("applied", len(restored)))
+        for k, record in enumerate(restored):
+            add_rewire(record)
+            if k < applied:
+                apply_pending()
     if resume_from is not None:
         step, checked = _restore(resume_from, run, model, optimizer, schedule, batches, losses)
         start -= resume_from["wall_time"]
@@ -260,7 +406,8 @@ def train(
         return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
                 "batches": batches.state(), "step": step, "checked": min(checked, step),
                 "losses": losses[:step].cpu(), "history": [row for row in run.history if row["step"] < step],
-                "wall_time": run.wall_time}
+                "wall_time": run.wall_time, "initial_topology": run.initial_spec.topology.to_dict(),
+                "rewires": [dict(r) for r in run.rewires], "applied": len(run.rewires) - len(pending)}
 
     run._state = state
 
@@ -271,7 +418,7 @@ def train(
 
     def log(step: int, notify: bool = True) -> bool:
         """Record step `step`; return False when the run has diverged by then."""
-        nonlocal checked
+        nonlocal checked, logging
         row = log_step(run, losses, checked, step, cfg.diverge_factor, start)
         checked = step + 1
         probed = {}
@@ -279,8 +426,15 @@ def train(
             probed = live.run(model, step)
             run.probe_history.extend({"step": step, "name": name, "result": result} for name, result in probed.items())
         run.wall_time = time.perf_counter() - start
-        if notify:
-            emit("log", step, row, probed)
+        logging = True
+        try:
+            done = any(r["step"] == step for r in run.rewires)  # a resumed run has it from its checkpoint
+            if step in schedule_rewires and run.status != "diverged" and not done:
+                add_rewire({"step": step, "topology": schedule_rewires[step]})
+            if notify:
+                emit("log", step, row, probed)
+        finally:
+            logging = False
         return run.status != "diverged"
 
     emit("start", step, {})
@@ -297,6 +451,7 @@ def train(
                 break
             if stop is not None and stop.is_set():
                 raise StopTraining
+            apply_pending()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             try:
@@ -311,6 +466,7 @@ def train(
         run.status = "stopped"
         if not run.history or run.history[-1]["step"] != step:
             log(step, notify=False)
+    apply_pending()  # the model a run ends with is the design `run.spec` says
     run.wall_time = time.perf_counter() - start
     emit("end", run.steps_done, run.final)
     return run

@@ -8,30 +8,23 @@ benchmarks/app_responsiveness.py reports them against a plain PyTorch reference.
 CI (CI=true) must have Chromium and Playwright: there a missing one fails the test instead of skipping it.
 """
 
-import importlib.util
 import json
 import os
 import re
 import shutil
 import signal
 import urllib.parse
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 import explorer
+from browsers import browsing, skip_without_browser
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import app_responsiveness as browsing  # noqa: E402  (the server and browser drivers, shared with the benchmark)
 
-MISSING = [what for what, ok in (("Chromium", Path(browsing.CHROMIUM).exists()),
-                                 ("playwright", importlib.util.find_spec("playwright") is not None)) if not ok]
-if MISSING and os.environ.get("CI") != "true":
-    pytest.skip(f"needs {' and '.join(MISSING)} (apt-get install chromium; pip install playwright)",
-                allow_module_level=True)
+MISSING = skip_without_browser()
 
 
 NEVER_ENDS = 5_000_000  # steps: hours of training on any machine, so a run stopped by the test is still training

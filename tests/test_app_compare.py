@@ -261,3 +261,130 @@ def test_the_runs_table_shows_missing_values_as_a_dash_and_numbers_at_a_fixed_pr
                for name in ("lr", "loss", "val loss", "val accuracy", "steps", "diverged at")}
     assert formats == {"lr": "%.3g", "loss": "%.4g", "val loss": "%.4g", "val accuracy": "%.3f", "steps": "%d",
                        "diverged at": "%d"}
+
+
+DESIGN_BASE = "ancre-fig2c-0:3"  # a 4-block linear net on the shortcuts topology
+
+
+def test_a_designs_grid_expands_to_one_run_per_design_and_seed(open_page, monkeypatch):
+    """Typed designs (any spelling) and a preset's design become grid points on the base's shortcuts topology,
+    each labelled by its canonical text; the grid trains and fills a heatmap with one value per design and seed."""
+    monkeypatch.setenv("EXPLORER_MAX_JOBS_PER_SESSION", "6")
+    at = open_page("compare")
+    at.selectbox(key="compare-preset").set_value(DESIGN_BASE).run()
+    at.radio(key="compare-axes").set_value("designs x seeds").run()
+    at.text_area(key="compare-designs").set_value("0:1; 1:4 , 0:3")
+    at.multiselect(key="compare-design-presets").set_value(["ancre-fig2b-0:2"])
+    at.number_input(key="compare-seeds").set_value(2)
+    at.number_input(key=f"compare-steps:{DESIGN_BASE}").set_value(15).run()
+    assert not at.exception and not at.error
+    assert at.button(key="compare-launch").label == "Launch 6 runs"
+    at.button(key="compare-launch").click().run()
+    at = wait_for_grid(at)
+    assert not at.exception
+    base = explorer.preset(DESIGN_BASE)
+    stored = {record["label"]: explorer.RunStore().get(record["id"]) for record in explorer.RunStore().list()}
+    designs = {"0:1": "0:1", "0:3+1:4": "0:3,1:4", "0:2": "0:2"}
+    assert sorted(stored) == sorted(f"grid 1: {label} seed {seed}" for label in designs for seed in (0, 1))
+    for label, record in stored.items():
+        design, seed = label.split()[2], int(label.split()[-1])
+        expected = base.with_values({"topology.shortcuts": designs[design], "train.seed": seed, "train.steps": 15})
+        assert explorer.ExperimentSpec.from_dict(record["spec"]) == expected
+        assert record["status"] == "finished"
+
+    heatmap = charts(at)["Grid 1: final loss per cell"]["data"][0]
+    assert heatmap["y"] == ["0:1", "0:3+1:4", "0:2"] and heatmap["x"] == ["seed 0", "seed 1"]
+    shown = 10 ** plotly_array(heatmap["z"])  # a loss is coloured on a log scale
+    for i, design in enumerate(heatmap["y"]):
+        for j in (0, 1):
+            final = stored[f"grid 1: {design} seed {j}"]["final"]["loss"]
+            np.testing.assert_allclose(shown[i, j], final, rtol=1e-6)
+            assert heatmap["text"][i][j] == f"{final:.3g}"
+    (cells,) = [table.value for table in at.dataframe if "topology.shortcuts" in table.value.columns]
+    assert len(cells) == 6 and sorted(set(cells["topology.shortcuts"])) == ["0:1", "0:2", "0:3+1:4"]
+
+    at.radio(key="compare-grid-seeds").set_value("seed mean").run()
+    mean = charts(at)["Grid 1: final loss per cell"]["data"][0]
+    assert mean["x"] == ["seed mean"]
+    for i, design in enumerate(mean["y"]):
+        losses = [stored[f"grid 1: {design} seed {j}"]["final"]["loss"] for j in (0, 1)]
+        np.testing.assert_allclose(10 ** plotly_array(mean["z"])[i, 0], np.mean(losses), rtol=1e-6)
+
+
+def test_a_designs_grid_refuses_repeats_and_designs_past_the_last_block(open_page):
+    at = open_page("compare")
+    at.selectbox(key="compare-preset").set_value(DESIGN_BASE).run()
+    at.radio(key="compare-axes").set_value("designs x seeds").run()
+    for typed, words in (("0:2\n0:3,1:4\n1:4 0:3", "0:3+1:4 is listed twice"),
+                         ("0:2; 0:5", "design '0:5': shortcut 0:5 ends at layer 5 but the model has 4 blocks"),
+                         ("0:2; 0:3,0:3", "shortcut 0:3 is listed twice"),
+                         ("0:2; zero", "design 'zero'")):
+        at.text_area(key="compare-designs").set_value(typed).run()
+        assert not at.exception
+        (error,) = at.error
+        assert plain(error.value).count("\n") == 0
+        assert "topology.shortcuts" in plain(error.value) and words in plain(error.value)
+        assert at.button(key="compare-launch").disabled
+    at.text_area(key="compare-designs").set_value("0:2").run()
+    at.multiselect(key="compare-design-presets").set_value(["ancre-fig2b-0:2"]).run()  # the same design again
+    assert any("0:2 is listed twice" in plain(error.value) for error in at.error)
+    assert explorer.RunStore().list() == []
+
+
+def test_the_train_pages_design_is_offered_to_a_designs_grid(open_page):
+    spec = explorer.preset(DESIGN_BASE).with_values({"topology.shortcuts": "1:4,0:2"})
+    at = open_page("train", query=dict(urllib.parse.parse_qsl(spec.to_query())))
+    at.switch_page("views/compare.py").run()
+    at.radio(key="compare-axes").set_value("designs x seeds").run()
+    assert "the Train page's design: 0:2+1:4" in at.multiselect(key="compare-design-presets").options
+    at.multiselect(key="compare-design-presets").set_value(["the Train page's design"])
+    at.text_area(key="compare-designs").set_value("0:1").run()
+    assert not at.exception and not at.error
+    assert at.button(key="compare-launch").label == "Launch 2 runs"
+
+
+def test_an_any_field_grid_validates_each_axis_with_the_fields_own_message(open_page, monkeypatch):
+    monkeypatch.setenv("EXPLORER_MAX_JOBS_PER_SESSION", "12")
+    at = set_up_grid(open_page("compare"), ["cascaded"], steps=10)
+    at.radio(key="compare-axes").set_value("any field x any field").run()
+    assert not at.exception
+    assert "train.seed" not in at.selectbox(key="compare-field-0").options  # the seeds are the grid's own axis
+    at.selectbox(key="compare-field-0").set_value("optim.lr").run()
+    assert "optim.lr" not in at.selectbox(key="compare-field-1").options  # two different fields
+    at.selectbox(key="compare-field-1").set_value("init.name").run()
+    at.text_input(key="compare-values-0:optim.lr").set_value("0.01, fast")
+    at.text_input(key="compare-values-1:init.name").set_value("default").run()
+    assert not at.exception
+    (error,) = at.error
+    expected = None
+    try:
+        explorer.preset(FAST_PRESET).with_values({"optim.lr": "fast"})
+    except explorer.SpecError as refused:
+        expected = refused.message
+    assert "optim.lr" in plain(error.value) and expected and expected in plain(error.value)
+    assert at.button(key="compare-launch").disabled
+
+    at.text_input(key="compare-values-0:optim.lr").set_value("0.01, 0.010").run()
+    assert any("optim.lr" in plain(e.value) and "listed twice" in plain(e.value) for e in at.error)
+    at.text_input(key="compare-values-1:init.name").set_value("default, bogus").run()
+    at.text_input(key="compare-values-0:optim.lr").set_value("0.01, 0.05").run()
+    assert any("init.name" in plain(e.value) and "bogus" in plain(e.value) for e in at.error)
+
+    at.text_input(key="compare-values-1:init.name").set_value("default, orthogonal")
+    at.number_input(key="compare-seeds").set_value(4).run()
+    assert any("16 runs" in e.value and "at most 12" in e.value for e in at.error)  # capped before anything queues
+    at.number_input(key="compare-seeds").set_value(1).run()
+    assert not at.error
+    assert at.button(key="compare-launch").label == "Launch 4 runs"
+    at.button(key="compare-launch").click().run()
+    at = wait_for_grid(at)
+    assert not at.exception
+    stored = [explorer.RunStore().get(record["id"]) for record in explorer.RunStore().list()]
+    assert sorted((r["spec"]["optim"]["lr"], r["spec"]["init"]["name"]) for r in stored) == \
+        [(0.01, "default"), (0.01, "orthogonal"), (0.05, "default"), (0.05, "orthogonal")]
+    heatmap = charts(at)["Grid 1: final loss per cell"]["data"][0]
+    assert heatmap["y"] == ["0.01", "0.05"] and heatmap["x"] == ["default", "orthogonal"]
+    by_cell = {(r["spec"]["optim"]["lr"], r["spec"]["init"]["name"]): r["final"]["loss"] for r in stored}
+    np.testing.assert_allclose(10 ** plotly_array(heatmap["z"]),
+                               [[by_cell[(lr, init)] for init in ("default", "orthogonal")] for lr in (0.01, 0.05)],
+                               rtol=1e-6)

@@ -39,12 +39,9 @@ CI (CI=true) must have Chromium and Playwright.
 """
 
 import hashlib
-import importlib.util
 import json
 import math
-import os
 import re
-import sys
 import time
 from pathlib import Path
 
@@ -52,15 +49,9 @@ import pytest
 
 import explorer
 from explorer_app import limits, spec_form
+from browsers import browsing, skip_without_browser
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import app_responsiveness as browsing  # noqa: E402
-
-MISSING = [what for what, ok in (("Chromium", Path(browsing.CHROMIUM).exists()),
-                                 ("playwright", importlib.util.find_spec("playwright") is not None)) if not ok]
-if MISSING and os.environ.get("CI") != "true":
-    pytest.skip(f"needs {' and '.join(MISSING)}", allow_module_level=True)
+MISSING = skip_without_browser()
 
 # No script run under way: no running indicator (it shows only after a run's first 500 ms) and no element
 # marked stale (from the moment a rerun is requested until the run has redrawn or dropped it).

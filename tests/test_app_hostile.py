@@ -168,16 +168,9 @@ def test_a_store_that_cannot_open_is_one_line_naming_explorer_home(open_page, ex
 def browser_driver():
     """The browser driver (benchmarks/app_responsiveness.py: Streamlit + Playwright + Debian's Chromium); the
     test is skipped without Chromium or Playwright, except in CI, where it fails."""
-    import importlib.util
-    import sys
+    from browsers import browsing, skip_without_browser
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import app_responsiveness as browsing
-
-    missing = [what for what, ok in (("Chromium", Path(browsing.CHROMIUM).exists()),
-                                     ("playwright", importlib.util.find_spec("playwright") is not None)) if not ok]
-    if missing and os.environ.get("CI") != "true":
-        pytest.skip(f"needs {' and '.join(missing)} (apt-get install chromium; pip install playwright)")
+    missing = skip_without_browser()
     assert not missing, f"CI needs {' and '.join(missing)} for the browser test"
     return browsing
 

@@ -156,3 +156,33 @@ def test_a_run_whose_data_is_gone_opens_and_says_why_it_cannot_be_probed(open_pa
     [warning] = [w.value.replace("\\", "") for w in at.warning if "Not probed here" in w.value]  # (unescaped)
     assert "data.path" in warning and "does not exist" in warning and "\n" not in warning
     assert "inside-job" not in at.session_state
+
+
+def test_the_diagnosis_of_a_diverged_run_is_shown_with_its_numbers(open_page):
+    spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"model.depth": 30, "train.steps": 20})
+    run, _ = stored_run(spec)
+    assert run.status == "diverged"
+    at = open_page("inside")
+    at.toggle(key="inside-all").set_value(True).run()
+    assert not at.exception
+    expected = explorer.diagnose(spec)
+    growth = expected.quantity("stream growth ||h_n|| / ||h_0|| at init")
+    shown = " ".join(w.value for w in at.warning).replace("\\", "")
+    assert "Diverged" in shown and "Theorem 4" in shown and "Sec. 3.3" in shown
+    assert growth.measured in shown and f"1/sqrt(L) = {30 ** -0.5:.2f}" in shown and "lr 0.001" in shown
+    table = next(e for e in at.expander if e.label.startswith("Diagnosis")).dataframe[0].value
+    assert list(table["quantity"]) == [q.name for q in expected.quantities]
+    assert list(table["measured"]) == [q.measured for q in expected.quantities]
+
+
+def test_a_run_that_trained_gets_the_table_but_no_explanation(open_page):
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 5, "train.steps": 12})
+    run, _ = stored_run(spec)
+    assert run.status == "finished" and not explorer.diagnosis.outcome(run).failed
+    at = open_page("inside")
+    at.toggle(key="inside-all").set_value(True).run()
+    assert not at.exception
+    assert not any("Diverged" in w.value or "Stalled" in w.value for w in at.warning)
+    table = next(e for e in at.expander if e.label.startswith("Diagnosis")).dataframe[0].value
+    verdicts = dict(zip(table["quantity"], table["verdict"]))
+    assert verdicts["tau vs 1/sqrt(L)"] == "consistent"

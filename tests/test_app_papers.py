@@ -1,6 +1,7 @@
 """The Papers page: each paper's section with its equations, claims rerun with the verdict `Claim.run` gives,
 errors shown without a traceback, results cached server-wide, and presets opened in the Train page."""
 
+import json
 import re
 
 import pytest
@@ -39,8 +40,16 @@ def finish_claims(at, timeout: float = 300.0):
     return at.run()
 
 
+RECORDED_BADGE = "recorded with the package"  # the badge of a claim's recorded full-mode row
+
+
 def badges(at) -> list[str]:
-    return [m.value for m in at.markdown if "-badge[" in m.value]
+    """The badges of the results run in this session."""
+    return [m.value for m in at.markdown if "-badge[" in m.value and RECORDED_BADGE not in m.value]
+
+
+def recorded_badges(at) -> list[str]:
+    return [m.value for m in at.markdown if "-badge[" in m.value and RECORDED_BADGE in m.value]
 
 
 def verdicts_shown(at) -> list[str]:
@@ -116,8 +125,10 @@ def test_run_this_claim_shows_the_verdict_and_numbers_claim_run_gives(open_page)
     assert verdicts_shown(at) == [BADGES[expected["verdict"]]]
     [badge] = badges(at)
     assert "fast mode" in badge
-    recorded, table = [element.proto.body for element in at.get("html")]  # explorer.plots.verdict_table, as in the notebooks
-    assert recorded == recorded_table(paper)
+    bodies = [element.proto.body for element in at.get("html")]  # explorer.plots.verdict_table, as in the notebooks
+    assert bodies[0] == recorded_table(paper)
+    shown_recorded = {plots.verdict_table([row], show_claim=False) for row in recorded(paper)["rows"]}
+    [table] = [body for body in bodies[1:] if body not in shown_recorded]  # the one run in this session
     assert table == plots.verdict_table([{**expected, "seconds": table_seconds(table)}], show_claim=False)
     for key, value in expected["measured"].items():
         assert f"<b>{key}</b>: {value:.4g}" in table
@@ -182,3 +193,22 @@ def test_a_misconfigured_server_is_a_message_not_a_crash(open_page, monkeypatch)
     at = open_page("papers", query={"paper": TABS[paper]})
     assert not at.exception
     assert "EXPLORER_MAX_JOBS: 'zero' is not valid" in at.error[0].value
+
+
+@pytest.mark.parametrize("paper", ["tau", "dca"])
+def test_each_recorded_claim_shows_its_table_beside_its_figure_without_running(open_page, paper):
+    from explorer.papers.claims import figure
+
+    at = open_page("papers", query={"paper": TABS[paper]})
+    assert not at.exception
+    rows = recorded(paper)["rows"]
+    assert len(recorded_badges(at)) == len(rows) and not badges(at)  # nothing ran: every claim shows its record
+    bodies = [element.proto.body for element in at.get("html")]
+    for row in rows:  # its verdict table: the summary first, why, the rule folded
+        table = plots.verdict_table([row], show_claim=False)
+        assert table in bodies and "class='measured'" in table and "<b>why:</b>" in table
+    charts = at.get("plotly_chart")
+    drawn = [row for row in rows if figure(row) is not None]
+    assert drawn and len(charts) == len(drawn)
+    titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in charts]
+    assert titles == [figure(row).layout.title.text for row in drawn]

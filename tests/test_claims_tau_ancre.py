@@ -31,6 +31,7 @@ def test_tau_fig1_names_the_evidence_against_the_claim():
     assert row["verdict"] != "holds", row["reason"]
     assert "against the claim at lr 0.001, seed 0: 1/L^0.25 never explodes up to depth 30 (val acc" in row["reason"]
     assert "lr 0.001: 1/L^0.25 never explodes up to depth 30" in row["summary"]
+    assert "the measured ordering contradicts the claim at this scale (lr 0.001)" in row["reason"]
 
 
 def test_ancre_fast_rate_with_the_sublinear_shortcut_as_candidate_does_not_hold():

@@ -99,3 +99,114 @@ def test_a_skipless_vit_gets_its_attention_conditioning_against_proposition_1():
     fixed = explorer.diagnose(explorer.preset("skip-table1-digits-skipless-init"), jacobian=False)
     assert fixed.rules == ()
     assert diagnosis.quantity("stream growth ||h_n|| / ||h_0|| at init").verdict == "n/a"  # not the tau model
+
+
+def test_the_tau_explanation_names_the_learning_rate_and_what_it_changes():
+    # the presets' lr 0.01 diverges at depth 30; at the paper's lr 0.001 the same depth trains, and depth 100 does not
+    fast = explorer.train(tau_spec("1/L^0.25"))
+    slow = explorer.train(tau_spec("1/L^0.25", **{"optim.lr": 0.001, "train.steps": 100}))
+    deeper_spec = tau_spec("1/L^0.25", **{"optim.lr": 0.001, "model.depth": 100})
+    deeper = explorer.train(deeper_spec)
+    assert (fast.status, slow.status, deeper.status) == ("diverged", "finished", "diverged")
+    assert slow.summary()["final_val_accuracy"] > 0.3
+    text = explorer.diagnose(tau_spec("1/L^0.25"), jacobian=False).explain(fast)
+    assert "this run trains with lr 0.01" in text and "10x the paper's Figure 1 rate 0.001 (Sec. 5.1)" in text
+    assert "Try lr 0.001" in text and "Theorem 4, Sec. 3.3" in text
+    assert f"the stream grew {measured_growth(tau_spec('1/L^0.25')):.3g}x" in text
+    diagnosis = explorer.diagnose(deeper_spec, jacobian=False)
+    text = diagnosis.explain(deeper)
+    growth = diagnosis.quantity("stream growth ||h_n|| / ||h_0|| at init")
+    assert growth.value == pytest.approx(measured_growth(deeper_spec), rel=1e-5)
+    assert f"already uses the paper's Figure 1 rate lr 0.001 (Sec. 5.1): with the stream grown {growth.measured} " \
+           f"at depth 100" in text and "Try lr" not in text
+    rates = {q.name: q for q in diagnosis.quantities}["learning rate vs the paper's"]
+    assert (rates.value, rates.verdict, "Sec. 5.1" in rates.paper) == (0.001, "consistent", True)
+
+
+def dca_spec(topology: str, **values):
+    """DCA's low-rank linear model at a size a hand computation checks: d = 8, two layers of rank 1 (r_* = 2)."""
+    return explorer.ExperimentSpec.from_dict({
+        "data": {"name": "whitened-regression", "dim": 8, "n_train": 64, "n_val": 64, "rank": 8, "seed": 3},
+        "model": {"name": "lowrank", "depth": 2, "width": 8, "rank": 1},
+        "topology": {"name": topology},
+        "init": {"name": "xavier"},
+        "optim": {"name": "adam", "lr": 0.01},
+        "train": {"steps": 300, "batch_size": 64, "log_every": 50, "seed": 0},
+    }).with_values(values)
+
+
+def hand_target(spec) -> np.ndarray:
+    """A from y = A x on the whitened training inputs (X^T X / n = I): A = Y^T X / n."""
+    _, data = explorer.build(spec, device="cpu")
+    x, y = data.x_train.double().numpy(), data.y_train.double().numpy()
+    return y.T @ x / len(x)
+
+
+def tail_energy(matrix: np.ndarray, keep: int) -> float:
+    return float(np.sum(np.linalg.svd(matrix, compute_uv=False)[keep:] ** 2))
+
+
+def test_dca_rank_and_excess_risk_match_a_hand_computation_on_a_resnet_run():
+    spec = dca_spec("cascaded")
+    run = explorer.train(spec)
+    assert run.status == "finished"
+    diagnosis = explorer.diagnose(spec, run=run)
+    v = [(b.up.detach().double() @ b.down.detach().double()).numpy() for b in run.model.stack.blocks]
+    a_hat = (np.eye(8) + v[1]) @ (np.eye(8) + v[0])  # Theorem 4.1's prod_t (I + V_t)
+    target = hand_target(spec)
+    rank = diagnosis.quantity("rank of the blocks' part M = A_hat - D after training")
+    assert rank.value == np.linalg.matrix_rank(a_hat - np.eye(8)) == 2
+    assert rank.verdict == "consistent" and "<= 2" in rank.predicted and "Theorem 4.1 (Sec. 4.1)" in rank.paper
+    risk = diagnosis.quantity("excess risk ||A - A_hat||_F^2 after training")
+    assert risk.value == pytest.approx(float(np.sum((target - a_hat) ** 2)), rel=1e-4)
+    floor = tail_energy(target - np.eye(8), 2)  # ER*(C_res): Eckart-Young on A - I
+    assert f"ER*(C_res) = {floor:.4g}" in risk.predicted and risk.value >= floor
+    assert risk.verdict == "consistent"
+    initial = diagnosis.quantity("excess risk ||A - A_hat||_F^2 at init")
+    assert initial.value > risk.value  # training lowered it
+
+
+def test_dca_gain_of_a_grn_v1_run_is_set_against_theorem_4_2():
+    spec = dca_spec("grn-v1", **{"train.steps": 1500})
+    run = explorer.train(spec)
+    diagnosis = explorer.diagnose(spec, run=run)
+    target = hand_target(spec)
+    u, s, vt = np.linalg.svd(target - np.eye(8))
+    delta = target - np.eye(8) - (u[:, :2] * s[:2]) @ vt[:2]
+    guaranteed = float(np.trace(delta)) ** 2 / (8 - 2)  # Theorem 4.2's GRN-v1 term tr(Delta)^2 / (d - r_*)
+    gain = diagnosis.quantity("gain over the best ResNet ER*(C_res) - ER after training")
+    risk = diagnosis.quantity("excess risk ||A - A_hat||_F^2 after training")
+    assert gain.value == pytest.approx(tail_energy(target - np.eye(8), 2) - risk.value, rel=1e-6)
+    assert f">= {guaranteed:.4g}" in gain.predicted and "Theorem 4.2" in gain.paper
+    assert gain.verdict == ("consistent" if gain.value >= guaranteed * (1 - 1e-3) else "differs")
+    # GRN-v1's read-out weights the input by alpha: D = alpha I, and what the blocks add keeps rank <= r_*
+    assert diagnosis.quantity("rank of the blocks' part M = A_hat - D after training").value <= 2
+
+
+def test_a_dca_run_stalled_at_its_class_optimum_is_explained_by_theorem_4_1():
+    spec = dca_spec("none", **{"train.steps": 1500})
+    run = explorer.train(spec)
+    diagnosis = explorer.diagnose(spec, run=run)
+    risk = diagnosis.quantity("excess risk ||A - A_hat||_F^2 after training")
+    floor = tail_energy(hand_target(spec), 1)  # ER*(C_base): the best rank-1 map
+    assert floor <= risk.value <= 1.05 * floor
+    # the same model, read as a run whose loss hardly moved (continued from its floor): a stall the class explains
+    stalled = {"status": "finished", "diverged_at": None, "history": [{"step": 0, "loss": 1.0}, {"step": 50, "loss": 0.99}]}
+    text = diagnosis.explain(stalled)
+    assert "Theorem 4.1 (Sec. 4.1)" in text and f"ER* = {floor:.4g}" in text and "Try GRN-v1" in text
+    assert diagnosis.explain(run) == "The run neither diverged nor stalled: nothing to explain."
+
+
+def test_a_diverging_dca_run_no_rule_covers_is_not_given_a_cause():
+    spec = dca_spec("cascaded", **{"optim.name": "sgd", "optim.lr": 100.0, "train.steps": 20, "train.log_every": 1})
+    run = explorer.train(spec)
+    assert run.status == "diverged"
+    diagnosis = explorer.diagnose(spec, run=run)
+    assert diagnosis.explanations() == []
+    text = diagnosis.explain()
+    assert text.startswith("No rule of the papers explains") and "not a diagnosis" in text
+    initial = diagnosis.quantity("excess risk ||A - A_hat||_F^2 at init")
+    final = diagnosis.quantity("excess risk ||A - A_hat||_F^2 after training")
+    assert not (final.value <= initial.value)  # the divergence shows in DCA's quantity (grown, or not finite) ...
+    assert f"excess risk ||A - A_hat||_F^2 after training {final.measured}" in text  # ... which is reported
+    assert "Try" not in text.split("Generic suspects")[0] and "floor" not in text  # and not taken for a cause

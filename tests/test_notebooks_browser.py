@@ -9,13 +9,15 @@ nbclient; rerunning the long paper sections here would add minutes of CI for not
 It then changes a widget (a slider's readout or a dropdown), presses the section's button and waits until the
 figure in the widget's Output shows the change; the Output must hold the same number of figures as before
 (replaced, not appended), with a new title or trace names and new data, and no output may show a Traceback.
+In one notebook (04_tau, in the same tab and kernel) it also runs the Panel dashboard's cell and checks that the
+dashboard is drawn in the output area: a Bokeh root of non-zero size holding a Plotly figure with data. Panel loads
+BokehJS from a CDN unless `pn.extension(..., inline=True)`; with no route to the CDN the area stayed blank.
 Before `plots.show_in` (`out.append_display_data(plotly_figure)`) the Output held an empty entry and the
 figure never changed. CI (CI=true) must have Chromium, Playwright and JupyterLab.
 """
 
 import contextlib
 import dataclasses
-import importlib.util
 import json
 import os
 import shutil
@@ -25,17 +27,11 @@ import time
 from pathlib import Path
 
 import pytest
+from browsers import browsing, skip_without_browser
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import app_responsiveness as browsing  # noqa: E402  (the browser driver, shared with the app's browser test)
 
-MISSING = [what for what, ok in (("Chromium", Path(browsing.CHROMIUM).exists()),
-                                 ("playwright", importlib.util.find_spec("playwright") is not None),
-                                 ("jupyterlab", importlib.util.find_spec("jupyterlab") is not None)) if not ok]
-if MISSING and os.environ.get("CI") != "true":
-    pytest.skip(f"needs {' and '.join(MISSING)} (apt-get install chromium; pip install playwright jupyterlab)",
-                allow_module_level=True)
+MISSING = skip_without_browser("jupyterlab")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +44,7 @@ class WidgetChange:
     after: str   # ... and after it
     figures: int = 1  # figures `show_in` puts in the Output
     drawn_on_run_only: bool = False  # the section draws nothing until its button is pressed
+    dashboard: str = ""  # text in the title of the Panel dashboard's figure, when the test also draws the dashboard
 
 
 CASES = [
@@ -57,7 +54,8 @@ CASES = [
                  "identity: 10 layers", "affine: 5 layers"),
     WidgetChange("03_idinit", (("init", "kaiming"),), "Run", "idinit, depth 8", "kaiming, depth 8",
                  drawn_on_run_only=True),
-    WidgetChange("04_tau", (("tau", "1/L"),), "Run", "tau=1/sqrt(L), L=10", "tau=1/L, L=10", figures=2),
+    WidgetChange("04_tau", (("tau", "1/L"),), "Run", "tau=1/sqrt(L), L=10", "tau=1/L, L=10", figures=2,
+                 dashboard="tau = 1/sqrt(L), L = 50"),
     WidgetChange("05_skipless", (("topology", "cascaded"),), "Run",
                  "skipless, init skipless, depth 2", "cascaded, init skipless, depth 2"),
 ]
@@ -70,6 +68,29 @@ WIDGET_FIGURES = """() => Array.from(document.querySelectorAll('.widget-output .
                names: gd.data.map(trace => trace.name || ''),
                y: gd.data.map(trace => trace.y && trace.y.bdata !== undefined ? trace.y.bdata
                                                                                : Array.from(trace.y || []))}))"""
+
+
+# The Plotly figures drawn inside the Panel (Bokeh) roots of cell `i`'s output area, with their size, number of
+# traces and title; Bokeh draws its views in shadow roots, so the search descends into them.
+DASHBOARD_FIGURES = """(i) => {
+  const deep = (node, sel) => { let found = Array.from(node.querySelectorAll(sel));
+    for (const el of node.querySelectorAll('*')) if (el.shadowRoot) found = found.concat(deep(el.shadowRoot, sel));
+    return found; };
+  const cell = window.jupyterapp.shell.currentWidget.content.widgets[i];
+  return Array.from(cell.node.querySelectorAll('.jp-OutputArea-output [data-root-id]'))
+    .filter(root => root.parentElement.getBoundingClientRect().height > 0)
+    .flatMap(root => deep(root, '.js-plotly-plot').map(gd => { const box = gd.getBoundingClientRect();
+      return {width: box.width, height: box.height, traces: (gd.data || []).length,
+              title: ((gd.layout || {}).title || {}).text || ''}; }));
+}"""
+
+
+def dashboard_cell(notebook: str) -> int:
+    """Index of the cell that builds the Panel dashboard (calls `.servable(`)."""
+    cells = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
+    found = [i for i, cell in enumerate(cells) if cell["cell_type"] == "code" and ".servable(" in "".join(cell["source"])]
+    assert len(found) == 1, f"{notebook}: expected one cell calling .servable(, found {found}"
+    return found[0]
 
 
 def shows(text: str, figures: int) -> str:
@@ -108,13 +129,12 @@ def lab(tmp_path_factory):
         yield base, first_page.context
 
 
-@pytest.fixture
-def notebook_page(lab, case):
-    """A tab showing the case's notebook, its kernel idle; the kernel is shut down after."""
-    base, context = lab
+@contextlib.contextmanager
+def opened(base: str, context, notebook: str):
+    """A tab of JupyterLab at `base` showing `notebook`, its kernel idle; the kernel is shut down after."""
     page = context.new_page()
     try:
-        page.goto(f"{base}/lab/tree/{case.notebook}.ipynb?reset")
+        page.goto(f"{base}/lab/tree/{notebook}.ipynb?reset")
         page.wait_for_function("() => window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')",
                                timeout=90_000)
         start_kernel(page)
@@ -122,6 +142,14 @@ def notebook_page(lab, case):
     finally:
         page.evaluate("() => window.jupyterapp && window.jupyterapp.serviceManager.sessions.shutdownAll()")
         page.close()
+
+
+@pytest.fixture
+def notebook_page(lab, case):
+    """A tab showing the case's notebook, its kernel idle; the kernel is shut down after."""
+    base, context = lab
+    with opened(base, context, case.notebook) as page:
+        yield page
 
 
 def start_kernel(page, timeout: float = 90.0) -> None:
@@ -211,4 +239,21 @@ def test_widget_redraws_its_figure_in_jupyterlab(case, notebook_page, tmp_path):
     assert len(before) == len(after) == case.figures, (before, after)
     assert [(f["title"], f["names"]) for f in after] != [(f["title"], f["names"]) for f in before]
     assert [f["y"] for f in after] != [f["y"] for f in before]
+    assert not tracebacks(page)
+    if case.dashboard:
+        check_dashboard(page, case, tmp_path)
+
+
+def check_dashboard(page, case: WidgetChange, tmp_path) -> None:
+    """Run the notebook's Panel dashboard cell; its figure must be drawn, with data, in the output area."""
+    index = dashboard_cell(case.notebook)
+    run_cells(page, [index])
+    try:
+        page.wait_for_function(f"(i) => ({DASHBOARD_FIGURES})(i).some(f => f.width > 0 && f.height > 0 && f.traces > 0"
+                               f" && f.title.includes({json.dumps(case.dashboard)}))", arg=index, timeout=90_000,
+                               polling=500)
+    except Exception as error:  # playwright's TimeoutError: say what the output area holds instead
+        page.screenshot(path=str(tmp_path / f"dashboard-{case.notebook}.png"))
+        raise AssertionError(f"the Panel dashboard of {case.notebook} was not drawn: figures "
+                             f"{page.evaluate(DASHBOARD_FIGURES, index)}, tracebacks {tracebacks(page)}") from error
     assert not tracebacks(page)

@@ -156,7 +156,7 @@ def test_coefficient_heatmap_values_labels_and_triangle():
     expected[np.triu_indices(4, k=1)] = np.nan
     np.testing.assert_array_equal(_f(fig.data[0].z), expected)
     assert list(fig.data[0].x) == ["input", "block 1", "block 2", "block 3"]
-    assert list(fig.data[0].y) == ["block 1", "block 2", "block 3", "output"]
+    assert list(fig.data[0].y) == ["input", "block 1", "block 2", "block 3"]  # rows are states too: cell (j, i) is i:j
     assert fig.data[0].zmid == 0  # diverging scale centred at 0
     assert fig.layout.title.text == "ANCRe coefficients (run skip)"
     assert fig.layout.xaxis.title.text and fig.layout.yaxis.title.text
@@ -186,7 +186,7 @@ def test_coefficient_heatmap_bad_input():
         plots.coefficient_heatmap(np.zeros((3, 3)), "t", blocks=["a", "b", "c"])
     fig = plots.coefficient_heatmap(np.zeros((3, 3)), "t", blocks=["block 1 attn", "block 1 mlp"])
     assert list(fig.data[0].x) == ["input", "block 1 attn", "block 1 mlp"]
-    assert list(fig.data[0].y) == ["block 1 attn", "block 1 mlp", "output"]
+    assert list(fig.data[0].y) == ["input", "block 1 attn", "block 1 mlp"]
 
 
 # --------------------------------------------------------------------------- spectra, norms, ranks
@@ -621,3 +621,184 @@ def test_training_progress_shows_each_logged_step_in_the_widget_output():
     for step, row in zip(logged, run.history):
         assert any(f"step {step} of 12, loss {row['loss']:.4g}" in text for text in seen), (step, seen)
     assert f"[{'#' * plots.PROGRESS_WIDTH}] step 12 of 12" in seen[-1] and "done" in seen[-1]
+
+
+# --------------------------------------------------------------------------- claim verdicts: layout and figures
+
+
+def _recorded_rows():
+    """The full-mode rows recorded with the package: real claim runs, every paper."""
+    from explorer.papers.claims import recorded
+
+    return recorded()["rows"]
+
+
+def test_verdict_table_puts_the_summary_first_why_visible_and_the_rule_folded():
+    import html
+
+    for row in _recorded_rows():
+        table = plots.verdict_table([row], show_claim=False)
+        measured = re.search(r"<div class='measured'[^>]*>(.*?)</div>", table)
+        assert measured and measured.group(1).strip(), row["id"]  # never an empty measured line
+        assert table.index("class='measured'") < table.index("class='why'") < table.index("<details class='rule'")
+        folded = re.search(r"<details class='rule'[^>]*><summary>rule</summary>(.*?)</details>", table).group(1)
+        assert html.escape(row["rule"]) in folded and "threshold:" in folded  # only inside the toggle
+        assert html.escape(row["rule"]) not in table.replace(folded, "")
+        if row["per_seed"]:  # a nested table: a line per quantity, a column per seed
+            nested = re.search(r"<table class='per-seed'.*?</table>", table).group(0)
+            n_seeds = max(len(v) for v in row["per_seed"].values())
+            assert len(re.findall(r"<th[ >]", nested)) == n_seeds + 1 and nested.count("<tr>") == len(row["per_seed"]) + 1
+
+
+def test_verdict_table_falls_back_to_the_per_seed_summary_and_escapes_it():
+    import html
+
+    per_seed = {"val acc <b> / final loss": [[0.8, 0.3], [0.7, None]], "steps a<b": [10, 20]}
+    table = plots.verdict_table([{"verdict": "inconclusive", "per_seed": per_seed, "reason": "x < y"}])
+    line = re.search(r"<div class='measured'[^>]*>(.*?)</div>", table).group(1)
+    assert line == html.escape(plots.per_seed_summary(per_seed)) and "val acc &lt;b&gt;" in line
+    assert "0.75 (0.7 to 0.8)" in line and "15 (10 to 20)" in line  # each part of a list-valued entry, averaged
+    assert "0.8 / 0.3" in table and "0.7 / —" in table  # the seeds' pairs in the nested table
+    assert "x &lt; y" in table and "<b>" not in line
+
+
+def test_claim_figure_draws_every_measured_per_seed_value_once_and_nothing_else():
+    for row in _recorded_rows():
+        fig = plots.claim_figure(row)
+        numbers = [v for values in row["per_seed"].values() for item in values
+                   for v in (item if isinstance(item, list) else [item])
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if not numbers:
+            assert fig is None, row["id"]
+            continue
+        drawn = sorted(float(x) for trace in fig.data for x in plotly_array(trace.x))
+        assert drawn == sorted(float(v) for v in numbers), row["id"]
+        assert fig.layout.template == pio.templates["plotly_white"] and fig.layout.title.text
+        assert all("seed" in t.hovertemplate for t in fig.data)
+        n_seeds = max(len(v) for v in row["per_seed"].values())
+        assert {t.name for t in fig.data} <= {f"seed {i}" for i in range(n_seeds)}
+
+
+def test_claim_figure_puts_accuracies_and_losses_on_their_own_axes():
+    row = next(r for r in _recorded_rows() if r["id"] == "fig1-trainability")
+    fig = plots.claim_figure(row)
+    titles = {name: fig.layout[name].title.text for name in fig.layout if name.startswith("xaxis")}
+    assert "accuracy" in titles.values() and "loss" in titles.values()
+    by_axis = {}
+    for trace in fig.data:
+        by_axis.setdefault(trace.xaxis, set()).update(label.replace("<br>", " ") for label in trace.y)
+    accuracy_axis = next(n for n, t in titles.items() if t == "accuracy").replace("axis", "")
+    assert all("val acc" in label and "loss" not in label for label in by_axis[accuracy_axis])
+    wide = next(r for r in _recorded_rows() if r["id"] == "chi-at-init")  # 1 against 4e7: a log axis
+    assert plots.claim_figure(wide).layout.xaxis.type == "log"
+    assert plots.claim_figure({"verdict": "not-tested", "per_seed": {}}) is None
+    assert plots.claim_figure({"per_seed": {"diverged": [True, False]}}) is None  # flags are not numbers
+
+
+# --------------------------------------------------------------------------- heatmaps that open their maths
+
+
+def _ancre_result(logits, normalization="ingoing", temperature=1.0):
+    """The coefficients probe's result on a 3-block linear ANCRe net whose logits c_ij (source i, destination j)
+    are set by hand."""
+    import torch
+
+    spec = explorer.preset("ancre-fig2b-ancre").with_values({"topology.normalization": normalization,
+                                                             "topology.temperature": temperature})
+    model, data = explorer.build(spec)
+    topology = model.stack.topology
+    with torch.no_grad():
+        for (i, j), value in logits.items():
+            topology.logits[i, j] = value
+    return explorer.probe(model, data.x_val[:4], "coefficients")
+
+
+def _trace(fig, name):
+    return next(t for t in fig.data if t.name == name)
+
+
+def test_coefficient_heatmap_names_states_prints_values_and_fits_a_sequential_scale():
+    m = np.tril(np.array([[1.0, 0, 0], [0.25, 1.0, 0], [0.5, 0.75, 1.0]]))
+    fig = plots.coefficient_heatmap(m, "t")
+    heat = fig.data[0]
+    assert list(fig.layout.xaxis.ticktext) == ["x₀ input", "x₁ block 1", "x₂ block 2"]
+    assert list(fig.layout.yaxis.ticktext) == ["x₀ input", "x₁ block 1", "x₂ block 2"]
+    text = np.array(heat.text, dtype=object)
+    assert text[2, 1] == "0.75" and text[1, 0] == "0.25" and text[0, 2] == ""  # values, none above the diagonal
+    assert heat.customdata[2][0].startswith("<b>0:2</b>")  # cell (j, i) is the shortcut i:j
+    assert (heat.zmin, heat.zmax) == (0.0, 1.0) and heat.zmid is None  # sequential over [0, max]
+    assert plots.coefficient_heatmap(m * 3, "t").data[0].zmax == 3.0
+    signed = plots.coefficient_heatmap(m - 0.6, "t").data[0]
+    assert signed.zmid == 0 and signed.zmin == -signed.zmax == pytest.approx(-0.4)  # symmetric, only with signs
+    big = plots.coefficient_heatmap(np.tril(np.ones((20, 20))), "t").data[0]
+    assert big.text is None  # 19 blocks: too small to print in
+
+
+def test_coefficient_heatmap_shares_one_colour_scale_across_bases_and_greys_forced_cells():
+    r = _ancre_result({(0, 2): 1.0, (1, 3): -1.0, (2, 3): 2.0})
+    own = plots.coefficient_heatmap(r["own"], "own", result=r, basis="own")
+    unrolled = plots.coefficient_heatmap(r["unrolled"], "unrolled", result=r)  # basis found by value
+    scales = [(t.zmin, t.zmax, t.colorscale) for t in (own.data[0], unrolled.data[0])]
+    assert scales[0] == scales[1] and scales[0][0] == 0.0
+    assert scales[0][1] == pytest.approx(max(r["own"].max(), r["unrolled"].max()))
+    # the direct path x_j <- y_j holds the same value in both bases (the unrolled diagonal), so the same colour
+    for fig in (own, unrolled):
+        grey = _trace(fig, "forced")
+        z = _f(grey.z)
+        assert {colour for _, colour in grey.colorscale} == {plots.FORCED_GREY}
+        np.testing.assert_allclose(np.diagonal(z), np.diagonal(r["unrolled"]))
+        assert z[1, 0] == pytest.approx(1.0)  # x_1 reads only x_0: the softmax over one source gives 1
+        assert "single source" in grey.customdata[1][0] and "forced" in grey.customdata[1][0]
+        assert np.isnan(z[2, 0]) and np.isnan(z[3, 1])  # learned cells keep their colour
+    assert "learned" in own.data[0].customdata[3][1]
+    np.testing.assert_allclose(np.nan_to_num(_f(own.data[0].z))[np.tril_indices(4)], r["own"][np.tril_indices(4)])
+
+
+def test_unrolled_hover_is_the_sum_over_paths_of_the_products_of_own_coefficients():
+    r = _ancre_result({(0, 2): 1.0, (1, 3): -1.0, (2, 3): 2.0})
+    a = r["own"]  # a[j, i]: the coefficient of x_i in x_j
+    paths = {"a(0,3)": a[3, 0], "a(0,1)·a(1,3)": a[1, 0] * a[3, 1], "a(0,2)·a(2,3)": a[2, 0] * a[3, 2],
+             "a(0,1)·a(1,2)·a(2,3)": a[1, 0] * a[2, 1] * a[3, 2]}
+    by_hand = sum(paths.values())
+    assert r["unrolled"][3, 0] == pytest.approx(by_hand)
+    hover = plots.coefficient_heatmap(r["unrolled"], "u", result=r).data[0].customdata[3][0]
+    assert hover.startswith("<b>0:3</b>") and hover.endswith(f"= {by_hand:.3g}")
+    largest = sorted(paths, key=lambda k: -abs(paths[k]))[:plots.MAX_PATHS_SHOWN]
+    symbolic = hover.split("<br>")[1]
+    assert symbolic.startswith("u(0,3) = " + " + ".join(largest)) and "(1 more path)" in symbolic
+    numbers = hover.split("<br>")[2]
+    first = largest[0]
+    assert numbers.startswith("= " + "·".join(f"{a[int(b[-2]), int(b[-4])]:.3g}" for b in first.split("·")))
+    # an own cell: ANCRe's softmax of the logits over the sources of x_3, with its numbers
+    own_hover = plots.coefficient_heatmap(r["own"], "o", result=r, basis="own").data[0].customdata[3][2]
+    assert "exp(2/1) / (exp(0/1) + exp(-1/1) + exp(2/1))" in own_hover
+    assert own_hover.split("<br>")[2].endswith(f"= {math.exp(2) / (1 + math.exp(-1) + math.exp(2)):.3g}")
+
+
+def test_mass_summary_lists_the_learned_shortcuts_by_coefficient_with_their_change():
+    r = _ancre_result({(0, 2): 1.0, (1, 3): -1.0, (2, 3): 2.0})
+    lines = plots.mass_summary(r, top=2).split("\n")
+    assert len(lines) == 3 and "where the mass went" in lines[0]
+    p23 = math.exp(2) / (1 + math.exp(-1) + math.exp(2))
+    assert lines[1].startswith("2:3") and f"{p23:.3f} (init 0.333, +{p23 - 1 / 3:.3f})" in lines[1]
+    assert lines[2].startswith("0:2")  # 0:1 is forced (x_1 has one source): not a learned shortcut
+    assert plots.mass_summary({"own": np.eye(3), "unrolled": np.eye(3)}) == ""
+    fig = plots.probe_figures("coefficients", r)[0]
+    assert any("where the mass went" in a.text for a in fig.layout.annotations)
+
+
+def test_norms_and_spectra_hovers_carry_their_equations_with_numbers():
+    model, data = explorer.build(explorer.preset("ancre-fig2b-ancre"))
+    norms = explorer.probe(model, data.x_val[:8], "norms")
+    fig = plots.probe_figures("norms", norms)[0]
+    output = fig.data[0]
+    last = output.customdata[-1]
+    n, first = norms["output_norm"][-1], norms["output_norm"][0]
+    assert f"= {n:.4g}" in last and f"{n:.4g} / {first:.4g} = {n / first:.4g}" in last
+    assert "%{customdata}" in output.hovertemplate
+    weights = explorer.probe(model, data.x_val[:8], "weights")
+    spectrum = plots.probe_figures("weights", weights)[0].data[0]
+    sv = weights["singular_values"][0]
+    sv = sv[np.isfinite(sv)]
+    assert "the layer's weight" in spectrum.hovertemplate
+    assert f"{sv.max():.4g} / {sv.min():.4g} = {sv.max() / sv.min():.4g}" in spectrum.hovertemplate

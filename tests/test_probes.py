@@ -402,7 +402,7 @@ def test_a_six_block_vit_is_drawn_as_blocks_1_to_6(preset, subblocks):
         assert x == [f"block {j}" for j in range(1, 7)]
     assert list(fig.layout.xaxis.categoryarray) == x
     heatmap = plots.probe_figures("coefficients", probe(model, data.x_val[:4], "coefficients"))[0]
-    assert list(heatmap.data[0].x) == ["input", *x] and list(heatmap.data[0].y) == [*x, "output"]
+    assert list(heatmap.data[0].x) == ["input", *x] and list(heatmap.data[0].y) == ["input", *x]
     pca = probe(model, data.x_val[:16], "pca", masks=data.masks_val[:16])
     grid, miou = plots.probe_figures("pca", pca)
     rows = [grid.layout[f"yaxis{'' if i == 0 else i + 1}"].title.text for i in range(0, len(grid.data), 4)]
@@ -421,3 +421,21 @@ def test_a_gpt_and_an_mlp_resnet_are_drawn_as_blocks_1_to_l():
         fig = plots.probe_figures("norms", probe(model, data.x_val[:4], "norms"))[0]
         assert list(fig.data[0].x) == [f"block {j}" for j in range(1, blocks + 1)]
         assert block_numbers(fig.data[1].x) == list(range(1, blocks + 1))
+
+
+@pytest.mark.parametrize("normalization, single", [("ingoing", (1, 0)), ("outgoing", (3, 2)), ("none", None)])
+def test_the_coefficients_probe_says_which_coefficients_the_topology_forces_and_why(normalization, single):
+    spec = explorer.preset("ancre-fig2b-ancre").with_values({"topology.normalization": normalization})
+    model, data = explorer.build(spec)
+    r = probe(model, data.x_val[:4], "coefficients")
+    expected = np.eye(4, dtype=bool)  # the direct paths
+    if single:
+        expected[single] = True  # a softmax over one candidate is 1 whatever its logit
+        assert r["own"][single] == pytest.approx(1.0)
+        assert "single" in str(r["forced_reasons"][r["forced_reason"][single]])
+    np.testing.assert_array_equal(r["forced"], expected)
+    assert np.all((r["forced_reason"] >= 0) == r["forced"]) and str(r["basis"]) == "state"
+    np.testing.assert_allclose(r["logits"], model.stack.topology.logits.detach().numpy().T)
+    cascaded, _ = explorer.build(explorer.preset("ancre-fig2b-cascaded"))
+    fixed = probe(cascaded, data.x_val[:4], "coefficients")
+    assert fixed["forced"][np.tril_indices(4)].all() and "logits" not in fixed  # nothing in it is learned

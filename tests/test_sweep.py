@@ -115,3 +115,58 @@ def test_batched_seeds_give_the_same_trials_as_separate_ones():
     for a, b in zip(separate, batched):
         assert a["label"] == b["label"]
         assert b["final_loss"] == pytest.approx(a["final_loss"], rel=1e-5)
+
+
+def test_a_designs_grid_runs_each_design_and_its_rows_fill_the_grid_figure():
+    import numpy as np
+
+    from explorer import plots
+
+    base, grid = sweeps.design_grid(explorer.preset("ancre-fig2c-0:3").with_values({"train.steps": 20}),
+                                    ["0:1", "1:4, 0:3"])
+    assert grid == {"topology.shortcuts": ["0:1", "0:3,1:4"]}
+    rows = sweeps.sweep(base, grid, seeds=2, workers=1, progress=False)
+    assert [(r["point"]["topology.shortcuts"], r["point"]["seed"]) for r in rows] == \
+        [("0:1", 0), ("0:1", 1), ("0:3+1:4", 0), ("0:3+1:4", 1)]
+    for row in rows:
+        assert row["final_loss"] == pytest.approx(RunStore().get(row["run_id"])["history"][-1]["loss"])
+    heatmap = plots.grid_figure(rows, "topology.shortcuts", "seed").data[0]
+    assert list(heatmap.y) == ["0:1", "0:3+1:4"] and list(heatmap.x) == ["seed 0", "seed 1"]
+    losses = np.array([[r["final_loss"] for r in rows[:2]], [r["final_loss"] for r in rows[2:]]])
+    np.testing.assert_allclose(10 ** np.array(heatmap.z), losses, rtol=1e-9)  # log colour, exact values
+    assert [list(line) for line in heatmap.text] == [[f"{v:.3g}" for v in line] for line in losses]
+    mean = plots.grid_figure(rows, "topology.shortcuts").data[0]
+    assert list(mean.x) == ["seed mean"]
+    np.testing.assert_allclose(10 ** np.array(mean.z)[:, 0], losses.mean(axis=1), rtol=1e-9)
+    with pytest.raises(explorer.SpecError) as err:
+        sweeps.design_grid(base, ["0:3,1:4", "1:4+0:3"])
+    assert err.value.path == "topology.shortcuts" and "0:3+1:4 is listed twice" in err.value.message
+    with pytest.raises(explorer.SpecError) as err:
+        sweeps.design_grid(base, ["0:6"])
+    assert err.value.path == "topology.shortcuts" and "design '0:6'" in err.value.message
+
+
+def test_the_grid_figure_marks_a_diverged_cell_and_over_two_fields_averages_the_seeds():
+    from explorer import plots
+
+    spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"train.steps": 20})
+    rows = sweeps.sweep(spec, {"model.depth": ["4", "30"], "optim.lr": ["0.01"]}, seeds=2, workers=1, progress=False)
+    deep = [r for r in rows if r["point"]["model.depth"] == 30]
+    assert {r["status"] for r in deep} == {"diverged"}  # Theorem 4: tau = 1/L^0.25 is too large at depth 30
+    fig = plots.grid_figure(rows, "model.depth", "optim.lr", metric="final_loss")
+    heatmap, marks = fig.data
+    assert list(heatmap.y) == ["4", "30"] and list(heatmap.x) == ["0.01"]
+    shallow = [r["final_loss"] for r in rows if r["point"]["model.depth"] == 4]
+    assert 10 ** heatmap.z[0][0] == pytest.approx(sum(shallow) / 2, rel=1e-9)
+    assert "mean of 2 runs" in heatmap.customdata[0][0]
+    assert heatmap.z[1][0] is None or heatmap.z[1][0] != heatmap.z[1][0]  # not coloured
+    assert marks.marker.symbol == "x" and list(marks.y) == ["30"]
+    for row in deep:
+        assert f"diverged at step {row['diverged_at']}" in marks.customdata[0]
+    with pytest.raises(ValueError, match="metric"):
+        plots.grid_figure(rows, "model.depth", metric="accuracy")
+
+
+def test_parse_grid_splits_designs_on_semicolons():
+    assert sweeps.parse_grid(["topology.shortcuts=0:3,1:4; 0:2", "model.depth=3,4"]) == \
+        {"topology.shortcuts": ["0:3,1:4", "0:2"], "model.depth": ["3", "4"]}

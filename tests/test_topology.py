@@ -267,7 +267,7 @@ def test_learnable_tau_is_shared_averaged_and_slower():
 
 
 def test_parse_shortcuts():
-    assert parse_shortcuts("1:2+2:3") == parse_shortcuts("1:2, 2:3") == [(1, 2), (2, 3)]
+    assert parse_shortcuts("1:2+2:3") == parse_shortcuts("1:2, 2:3") == {(1, 2): 1.0, (2, 3): 1.0}
     with pytest.raises(explorer.SpecError, match="0 <= i < j <= 3"):
         parse_shortcuts("0:4", 3)
 
@@ -483,3 +483,14 @@ def test_highway_starts_near_the_carry_path_and_its_gate_learns():
         assert torch.allclose(model(x), h, atol=1e-6)
     model(x).pow(2).sum().backward()
     assert topo.gate_weight.grad.abs().max() > 0 and topo.gate_bias.grad.abs().max() > 0
+
+
+def test_weighted_shortcuts_unroll_with_their_weights():
+    """x_2 = y_2 + 0.5 x_0 and x_3 = y_3 - x_1 = y_3 - y_1: the unrolled matrix carries each weight once."""
+    spec = explorer.preset("ancre-fig2b-0:2").with_values({"topology.shortcuts": "0:2*0.5,1:3*-1"})
+    coefficients = explorer.build(spec)[0].stack.topology.coefficients()
+    assert coefficients.own[2].tolist() == [0.5, 0, 0, 0] and coefficients.own[3].tolist() == [0, -1, 0, 0]
+    assert coefficients.unrolled[2].tolist() == [0.5, 0, 1, 0] and coefficients.unrolled[3].tolist() == [0, -1, 0, 1]
+    with pytest.raises(explorer.SpecError, match="listed twice") as caught:
+        spec.with_values({"topology.shortcuts": "1:3,0:2,1:3*2"})
+    assert caught.value.path == "topology.shortcuts"

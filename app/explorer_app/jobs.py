@@ -36,8 +36,9 @@ from typing import Any
 from explorer.runs import RunStore
 from explorer_app.messages import escape
 from explorer_app.workers import (ClaimResult, Failed, Finished, Free, Held, Logged, Note, Pause, ProbeResult, Probing,
-                                  Progress, Recorded, Resume, RunClaims, RunProbes, RunTraining, SendSnapshot,
-                                  Snapshot, Step, Stop, Threads, UnknownMessage, UseThreads, WorkerDied, WorkerPool)
+                                  Progress, Recorded, Resume, Rewire, Rewired, RewireRefused, RunClaims, RunProbes,
+                                  RunTraining, SendSnapshot, Snapshot, Step, Stop, Threads, UnknownMessage, UseThreads,
+                                  WorkerDied, WorkerPool)
 
 ACTIVE = ("queued", "starting", "running", "paused")  # a job in one of these may still change
 SETTINGS = ("EXPLORER_MAX_DATA_MB", "EXPLORER_MAX_MODEL_MB", "EXPLORER_DATA_CACHE_MB", "EXPLORER_DATA_DIR",
@@ -78,15 +79,17 @@ class JobView:
     skipped: dict = field(default_factory=dict)  # a probe job: probe -> (field, reason) of one that does not apply
     current: str | None = None  # a claims job: the claim running now; a probe job: the probe running now
     detail: str = ""  # a claims job: where that claim stands ("run 2 of 6, ~40 s left (all: ~3 min left)")
+    rewires: list[dict] = field(default_factory=list)  # a training job: {"step", "topology", "change"} per rewire
+    rewire_error: str | None = None  # a training job: why its last rewire was refused (one line naming the field)
 
     @property
     def active(self) -> bool:
         return self.status in ACTIVE
 
     def as_run(self) -> dict[str, Any]:
-        """The shape `explorer.plots.loss_curves` draws."""
+        """The shape `explorer.plots.loss_curves` draws (its rewires marked on the curve)."""
         return {"label": self.label, "history": self.history, "status": self.status, "diverged_at": self.diverged_at,
-                "diverged_loss": self.diverged_loss}
+                "diverged_loss": self.diverged_loss, "rewires": list(self.rewires)}
 
 
 class Job:
@@ -256,7 +259,8 @@ class Job:
 class TrainJob(Job):
     """A training run of `spec` (recorded in `store`; None: not recorded), with live `probes` every
     `probe_every` steps; `optional_probes` are tried on the untrained model first and left out (with a note)
-    if they do not apply. Pause, Step and Stop act at its logged steps."""
+    if they do not apply. Pause, Step and Stop act at its logged steps; `rewire` changes its design while it is
+    paused (its view's `rewires` and `rewire_error` say how that went)."""
 
     kind = "train"
 
@@ -274,10 +278,25 @@ class TrainJob(Job):
         self._run_id: str | None = None
         self._snapshot: tuple[int, dict] | None = None
         self._snapshot_ready = threading.Event()
+        self._rewires: list[dict] = []
+        self._rewire_error: str | None = None
 
     @property
     def total(self) -> int:
         return self.spec.train.steps
+
+    @property
+    def rewires(self) -> list[dict]:
+        """The rewires the worker made, in order: {"step": the logged step it held, "topology": the topology
+        section from the next step on, "change": what changed ("+0:6", "-1:4", "0:3*0.5")}."""
+        with self._lock:
+            return [dict(r) for r in self._rewires]
+
+    @property
+    def rewire_error(self) -> str | None:
+        """Why the last rewire was refused (one line naming the field and the fix), None after one that worked."""
+        with self._lock:
+            return self._rewire_error
 
     @property
     def run_id(self) -> str | None:
@@ -311,6 +330,18 @@ class TrainJob(Job):
                 self._status = "running"
                 self._tell(Step())
 
+    def rewire(self, topology: Mapping[str, Any]) -> None:
+        """While paused: change the run's topology to `topology` (a topology section, e.g. {"name": "shortcuts",
+        "shortcuts": "0:2,0:6"}) at the step it holds, keeping its block weights; it takes effect when the run
+        goes on. The worker answers soon after: a new entry in `rewires`, or `rewire_error` set."""
+        with self._lock:
+            if self._status != "paused":
+                self._rewire_error = ("topology: the run is not paused; pause it, then change its design (a running "
+                                      "model is rewired at the step it holds)")
+                return
+            self._rewire_error = None
+            self._tell(Rewire(dict(topology)))
+
     def model_state(self, timeout: float = 10.0) -> tuple[int, dict] | None:
         """(step, a copy of the model's state_dict) for probing: the final weights from the run store once the
         run ended, else a copy the worker takes at its next logged step (so it is never half-updated). None
@@ -331,7 +362,8 @@ class TrainJob(Job):
         since = min(max(since, 0), len(self._history))
         return {"history": self._history[since:], "history_from": since, "history_length": len(self._history),
                 "probes": dict(self._probes), "probe_step": self._probe_step, "steps_per_second": self._sps,
-                "diverged_at": self._diverged_at, "diverged_loss": self._diverged_loss, "run_id": self._run_id}
+                "diverged_at": self._diverged_at, "diverged_loss": self._diverged_loss, "run_id": self._run_id,
+                "rewires": [dict(r) for r in self._rewires], "rewire_error": self._rewire_error}
 
     def _apply(self, message) -> None:
         match message:
@@ -354,6 +386,11 @@ class TrainJob(Job):
                     self._status = message.status
             case Recorded(run_id=run_id):
                 self._run_id = run_id
+            case Rewired(step=step, topology=topology, change=change):
+                self._rewires.append({"step": step, "topology": dict(topology), "change": change})
+                self._rewire_error = None
+            case RewireRefused(reason=reason):
+                self._rewire_error = reason
             case Note(probe=probe, reason=reason):
                 self._note = (f"Training without the live probe **{escape(probe)}**: {escape(reason)}. "
                               "Choose another probe (e.g. norms or weights) for this model.")
@@ -539,6 +576,15 @@ class JobQueue:
         """Every job the queue knows: the active ones and those ended in the last hour, oldest first."""
         with self._lock:
             return list(self._jobs)
+
+    def rewire(self, job_id: str, topology: Mapping[str, Any]) -> None:
+        """Rewire the paused training job `job_id` to `topology` (TrainJob.rewire; its view's `rewires` and
+        `rewire_error` give the worker's answer). KeyError for an id the queue does not know."""
+        with self._lock:
+            job = next((j for j in self._jobs if j.id == job_id), None)
+        if not isinstance(job, TrainJob):
+            raise KeyError(f"no training job {job_id!r} in this queue")
+        job.rewire(topology)
 
     def submit(self, spec, label: str, probes: Mapping[str, dict] | None = None, probe_every: int = 50,
                record: bool = True, optional_probes: tuple[str, ...] = (), session: str | None = None) -> TrainJob:

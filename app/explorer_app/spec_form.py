@@ -58,7 +58,7 @@ def load_into_widgets(spec: ExperimentSpec) -> None:
         part = getattr(spec, section)
         if section != "train":
             st.session_state[f"{PREFIX}{section}.name"] = part.name
-        for param in _params(section, part.name):
+        for param in params_of(section, part.name):
             value = part.params[param.name]
             key = widget_key(section, part.name, param.name)
             if param.kind == "rule":
@@ -70,7 +70,8 @@ def load_into_widgets(spec: ExperimentSpec) -> None:
                 st.session_state[key] = value
 
 
-def _params(section: str, name: str | None) -> tuple[Param, ...]:
+def params_of(section: str, name: str | None) -> tuple[Param, ...]:
+    """The fields of `section` (a spec section) for the registry entry `name` (train: the training fields)."""
     if section == "train":
         return TRAIN_PARAMS
     return explorer.registry(SECTION_KINDS[section])[name].params
@@ -113,7 +114,7 @@ def _section(section: str, slots: dict[str, Any], hidden: set[str]) -> dict[str,
         st.caption(described[name])
         slots[f"{section}.name"] = st.empty()
         values["name"] = name
-    for param in _params(section, name):
+    for param in params_of(section, name):
         if param.name in hidden:
             key = widget_key(section, name, param.name)
             values[param.name] = st.session_state.get(key, param.default)

@@ -7,8 +7,9 @@ worker; `JobQueue` (explorer_app.jobs) hands a job to an idle worker when it get
 
 The two sides speak in the messages below, small frozen dataclasses, over a duplex Pipe (`send_bytes`; a
 tensor never travels as shared memory). The server sends a job (`RunTraining` or `RunClaims`), then, while
-it runs, `Pause`, `Resume`, `Step`, `Stop`, `SendSnapshot` and `UseThreads`. A worker says `Ready` once;
-then, per job, `Threads` (and again when they change), `Note`, `Recorded`, `Logged`, `Held`, `Snapshot`,
+it runs, `Pause`, `Resume`, `Step`, `Stop`, `SendSnapshot`, `UseThreads` and `Rewire`. A worker says `Ready`
+once; then, per job, `Threads` (and again when they change), `Note`, `Recorded`, `Logged`, `Held`, `Snapshot`,
+`Rewired` or `RewireRefused`,
 `Finished` (a training), `Progress` and `ClaimResult` (claims) or `Probing` and `ProbeResult` (probes),
 `Failed`, and last `Free` with its resident memory once the job's model and data are let go. Each side
 dispatches them with `match` and refuses any other with `UnknownMessage`.
@@ -131,6 +132,14 @@ class UseThreads:
 
 
 @dataclass(frozen=True)
+class Rewire:
+    """Change the running model's topology to `topology` (a topology section) at the logged step it holds (or
+    at its next one), keeping its block weights (explorer.Run.rewire); answered by `Rewired` or `RewireRefused`."""
+
+    topology: dict
+
+
+@dataclass(frozen=True)
 class Exit:
     """Leave: the pool is closing."""
 
@@ -180,6 +189,23 @@ class Logged:
 @dataclass(frozen=True)
 class Held:
     """A `Step` reached its logged step: the run holds again."""
+
+
+@dataclass(frozen=True)
+class Rewired:
+    """The run was rewired at logged step `step`: `topology` is its topology section from step + 1 on, `change`
+    what changed in a few characters ("+0:6", "-1:4", "0:3*0.5")."""
+
+    step: int
+    topology: dict
+    change: str = ""
+
+
+@dataclass(frozen=True)
+class RewireRefused:
+    """A `Rewire` was refused: `reason` is one line naming the field and the fix; the run goes on unchanged."""
+
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -256,9 +282,9 @@ class Free:
 
 
 MESSAGES = {cls.__name__: cls for cls in (
-    RunTraining, RunClaims, RunProbes, Pause, Resume, Step, Stop, SendSnapshot, UseThreads, Exit,
-    Ready, Threads, Note, Recorded, Logged, Held, Snapshot, Finished, Progress, ClaimResult, Probing, ProbeResult,
-    Failed, Free)}
+    RunTraining, RunClaims, RunProbes, Pause, Resume, Step, Stop, SendSnapshot, UseThreads, Rewire, Exit,
+    Ready, Threads, Note, Recorded, Logged, Held, Rewired, RewireRefused, Snapshot, Finished, Progress, ClaimResult,
+    Probing, ProbeResult, Failed, Free)}
 
 
 def dump(message) -> bytes:
@@ -295,6 +321,7 @@ class _Controls:
         self.step_once = False
         self.snapshot = threading.Event()
         self.threads: int | None = None  # intra-op threads the server asks for now (another job started or ended)
+        self.rewires: collections.deque = collections.deque()  # topology sections to apply at the logged step held
 
     def apply(self, message) -> None:
         match message:
@@ -314,6 +341,8 @@ class _Controls:
                 self.snapshot.set()
             case UseThreads(threads=threads):
                 self.threads = max(1, int(threads))
+            case Rewire(topology=topology):
+                self.rewires.append(topology)
             case _:
                 raise UnknownMessage(f"a worker takes no {type(message).__name__} message while a job runs")
 
@@ -436,6 +465,7 @@ def _train(job: RunTraining, controls: _Controls, send) -> None:
                         steps_per_second=sps, diverged_at=run.diverged_at, diverged_loss=run.diverged_loss))
             if controls.snapshot.is_set():
                 _send_snapshot(run, controls, send)
+            _rewire(run, event.step, controls, send)
             if controls.step_once:
                 controls.step_once = False
                 controls.go.clear()
@@ -444,6 +474,7 @@ def _train(job: RunTraining, controls: _Controls, send) -> None:
                 _follow_threads(controls, send)
                 if controls.snapshot.is_set():
                     _send_snapshot(run, controls, send)
+                _rewire(run, event.step, controls, send)
         elif event.kind == "end":
             send(Finished(status=run.status, steps_done=run.steps_done, diverged_at=run.diverged_at,
                           diverged_loss=run.diverged_loss, history=[dict(row) for row in run.history]))
@@ -588,6 +619,23 @@ def resident_mb() -> float | None:
             return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _rewire(run, step: int, controls: _Controls, send) -> None:
+    """(In a log event.) Apply the rewires the server sent, each answered by `Rewired` or `RewireRefused`."""
+    from explorer.registries import SpecError
+    from explorer.topology.shortcuts import describe_change
+
+    while controls.rewires:
+        topology = controls.rewires.popleft()
+        before = run.spec.topology.to_dict()
+        try:
+            run.rewire(topology)
+        except SpecError as error:
+            send(RewireRefused(str(error)))
+            continue
+        after = run.spec.topology.to_dict()
+        send(Rewired(step=step, topology=after, change=describe_change(before, after)))
 
 
 def _send_snapshot(run, controls: _Controls, send) -> None:

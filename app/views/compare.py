@@ -1,4 +1,9 @@
-"""Compare: launch a small grid (topologies x seeds, or depth x tau) and overlay runs from the store.
+"""Compare: launch a small grid and overlay runs from the store.
+
+A grid is topologies x seeds, shortcut designs x seeds (typed, from the presets, or the Train page's design),
+any spec field x any other (depth x tau is that grid with its own widgets) x seeds. Each grid reduces to a base
+spec and {path: values} expanded by explorer.sweeps.trials; as its runs end, their final loss (or accuracy) fills
+a heatmap over the grid's axes (plots.grid_figure on explorer.sweeps rows) and a sortable table of its cells.
 
 The grid's runs train as background jobs in the server's queue (at most EXPLORER_MAX_JOBS at once
 across all sessions, the rest wait). While any of them is active, the grid's progress bar, its table of runs
@@ -19,9 +24,11 @@ import explorer
 from explorer import plots
 from explorer.probes import undefined
 from explorer.registries import DEPTH_RULES, SpecError
+from explorer.spec import SECTIONS
 from explorer.runs import StoreError
-from explorer.sweeps import trials
-from explorer_app import figures, jobs, limits, live_feed, messages, state
+from explorer.sweeps import (DESIGN_PATH, SEED_AXIS, design_grid, design_label, point, result_row, split_values,
+                             trials)
+from explorer_app import diagnosis_view, figures, jobs, limits, live_feed, messages, spec_form, state
 
 REFRESH_S = 0.5  # without a feed: the grid's refresh period while a job is active
 # The grid's loss chart is rebuilt at most this often while it trains (its progress and table follow the feed
@@ -30,7 +37,10 @@ CHART_REFRESH_S = 0.5
 MAX_RUNS = 12  # most runs one grid launches, and most runs compared at once
 MAX_LISTED = 200  # newest store runs offered with "all runs in the store"
 DEFAULT_PRESET = "tau-fig1-1/sqrt(L)"
-AXES = ("topologies x seeds", "depth x tau")
+AXES = ("topologies x seeds", "designs x seeds", "any field x any field", "depth x tau")
+TOPOLOGIES, DESIGNS, FIELDS, DEPTH_TAU = AXES
+TRAIN_DESIGN = "the Train page's design"  # a design picked from the Train page's spec
+SHORT_NAMES = {"model.depth": "L", "topology.value": "tau"}  # how a run's label names these axes
 DEPTH_CHOICES = ("2", "4", "8", "16", "32", "64")
 TAU_CHOICES = (*DEPTH_RULES, "0.1", "0.5", "1")
 PROBE_INPUTS = 8  # validation examples the probes see, as explorer.train's live probes
@@ -75,16 +85,89 @@ def describe(spec) -> str:
             f"init {spec.init.name} · {spec.optim.name} · {spec.train.steps} steps · seed {spec.train.seed}")
 
 
+def design_presets() -> dict[str, str]:
+    """{preset name: its design} of the presets on the shortcuts topology."""
+    found = {}
+    for name in explorer.registry("presets"):
+        spec = explorer.preset(name)
+        if spec.topology.name == "shortcuts":
+            found[name] = spec.topology.shortcuts
+    return found
+
+
+def choose_designs(column) -> list[str]:
+    """The designs typed (one per line or separated by ";"), picked from presets and the Train page's."""
+    presets = design_presets()
+    from_train = train_page_spec()
+    offered = {**({TRAIN_DESIGN: from_train.topology.shortcuts}
+                  if from_train is not None and from_train.topology.name == "shortcuts" else {}), **presets}
+    typed = column.text_area("Designs", key="compare-designs", height=96, placeholder="0:1\n0:2\n0:3,1:4",
+                             help="Shortcut designs i:j (weight i:j*w), one per line or separated by ';': "
+                                  "each is a grid point on the shortcuts topology of the base's model.")
+    picked = column.multiselect("Designs from", list(offered), key="compare-design-presets",
+                                format_func=lambda name: f"{name}: {design_text(offered[name])}",
+                                help="A preset's shortcut design, or the design on the Train page.")
+    return split_values(typed) + [offered[name] for name in picked]
+
+
+def design_text(text: str) -> str:
+    """A design's label, or the text as typed where it does not parse (the grid's check says why)."""
+    try:
+        return design_label(text)
+    except SpecError:
+        return text
+
+
+def grid_fields(base) -> dict[str, str]:
+    """{path: help} of every field of the base, as the Train form lists them (each section's entry, then its
+    parameters); train.seed is the seeds' axis."""
+    fields = {}
+    for section in SECTIONS:
+        part = getattr(base, section)
+        if section != "train":
+            fields[f"{section}.name"] = f"the {section} entry"
+        for param in spec_form.params_of(section, part.name):
+            fields[f"{section}.{param.name}"] = param.help
+    fields.pop("train.seed", None)
+    return fields
+
+
+def choose_fields(base, cols) -> dict[str, list]:
+    """Two fields of the base and each one's typed values."""
+    fields = grid_fields(base)
+    defaults = ("model.depth" if "model.depth" in fields else next(iter(fields)), "optim.lr")
+    grid = {}
+    for k, (column, default) in enumerate(zip(cols, defaults)):
+        offered = [path for path in fields if path not in grid]  # two different fields
+        if st.session_state.get(f"compare-field-{k}") not in offered:
+            st.session_state[f"compare-field-{k}"] = default if default in offered else offered[0]
+        path = column.selectbox(f"Field {k + 1}", offered, key=f"compare-field-{k}",
+                                help="A field of the base spec (section.parameter).")
+        column.caption(messages.escape(fields.get(path) or ""))
+        key = f"compare-values-{k}:{path}"
+        st.session_state.setdefault(key, str(base.get(path)))
+        typed = column.text_input(f"Values of {path}", key=key,
+                                  help="Comma-separated (or ';' where a value holds commas), e.g. 4, 8, 16.")
+        grid[path] = split_values(typed)
+    return grid
+
+
 def choose_grid(base_name: str, base) -> tuple[str, dict[str, list], int, int]:
     """The axes the user picked: (kind, {path: values}, seeds, steps per run)."""
     kind = st.radio("Grid", AXES, key="compare-axes", horizontal=True)
     cols = st.columns([3, 3, 1, 1])
-    if kind == AXES[0]:
+    if kind == TOPOLOGIES:
         topologies = explorer.registry("topologies")
         st.session_state.setdefault("compare-topologies", [base.topology.name])
         chosen = cols[0].multiselect("Topologies", list(topologies), key="compare-topologies",
                                      help="\n".join(f"- **{n}**: {d}" for n, d in topologies.describe().items()))
         grid = {"topology.name": chosen}
+    elif kind == DESIGNS:
+        grid = {DESIGN_PATH: choose_designs(cols[0])}
+        cols[1].caption("Each design is a grid point on the base's model with the shortcuts topology: "
+                        "x_j = act(y_j + sum_i w_ij x_i) over the design's shortcuts i:j, no other skip.")
+    elif kind == FIELDS:
+        grid = choose_fields(base, cols[:2])
     else:
         depth = str(base.model.params.get("depth", DEPTH_CHOICES[2]))
         depths = sorted({*DEPTH_CHOICES, depth}, key=int)
@@ -104,24 +187,43 @@ def choose_grid(base_name: str, base) -> tuple[str, dict[str, list], int, int]:
     return kind, grid, int(seeds), int(steps)
 
 
-def run_label(kind: str, spec) -> str:
-    if kind == AXES[0]:
-        return f"{spec.topology.name} seed {spec.train.seed}"
-    return f"L={spec.model.depth} tau={spec.topology.value} seed {spec.train.seed}"
+def run_label(paths: list[str], spec) -> str:
+    """The run's value on each axis ("0:3+1:4 seed 1", "L=8 tau=1/L seed 0", "optim.lr=0.01 ... seed 0")."""
+    found = point(spec, paths)
+    seed = found.pop(SEED_AXIS)
+    if len(found) == 1:
+        return f"{next(iter(found.values()))} seed {seed}"
+    return " ".join(f"{SHORT_NAMES.get(path, path)}={value}" for path, value in found.items()) + f" seed {seed}"
+
+
+def check_axes(base, grid: dict[str, list]) -> None:
+    """Each axis' values alone on the base (SpecError naming the field, in its own words), none repeated."""
+    for path, values in grid.items():
+        seen = {}
+        for value in values:
+            coerced = base.with_values({path: value}).get(path)
+            if coerced in seen:
+                raise SpecError(path, f"the value {value} is listed twice (as {seen[coerced]!r} and {value!r}); "
+                                      "list each value once")
+            seen[coerced] = value
 
 
 def expand(kind: str, base, grid: dict[str, list], seeds: int, steps: int) -> list[tuple[str, object]]:
     """(label, spec) of every run of the grid, each valid and within this server's limits (else SpecError)."""
     base = base.with_values({"train.steps": steps})
-    if kind == AXES[1]:
+    if kind == DEPTH_TAU:
         if "depth" not in base.model.params:
             raise SpecError("model.depth", f"the model {base.model.name!r} has no depth; "
                                            "pick another base for depth x tau")
         base = base.with_values({"topology.name": "tau"})
+    if kind == DESIGNS:
+        base, grid = design_grid(base, grid[DESIGN_PATH])
+    else:
+        check_axes(base, grid)
     items = []
     for _, spec in trials(base, grid, seeds):
         limits.check_spec(spec, caps)
-        items.append((run_label(kind, spec), spec))
+        items.append((run_label(list(grid), spec), spec))
     labels = [label for label, _ in items]
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
@@ -138,7 +240,7 @@ def grid_size(grid: dict[str, list], seeds: int) -> int:
 
 
 # ---- launching ----------------------------------------------------------------------------------
-def launch(items: list[tuple[str, object]]) -> bool:
+def launch(items: list[tuple[str, object]], paths: list[str]) -> bool:
     """Queue every run of the grid in the server's job queue (each trains in a worker process, which leaves out
     a live probe that does not apply to the model, with a note); the grid becomes this session's current one.
     False (and a message) when this session may not start that many runs now."""
@@ -154,7 +256,8 @@ def launch(items: list[tuple[str, object]]) -> bool:
                          probe_every=max(spec.train.steps // 4, 1))
             for label, spec in items]
     st.session_state["compare-grids"] = number
-    st.session_state["compare-grid"] = {"number": number, "jobs": jobs, "selected": False}
+    st.session_state["compare-grid"] = {"number": number, "jobs": jobs, "selected": False, "paths": paths,
+                                        "specs": [spec for _, spec in items]}
     return True
 
 
@@ -194,7 +297,8 @@ else:
 busy = grid_active()
 if st.button(f"Launch {size} run{'s' * (size != 1)}", type="primary", key="compare-launch",
              icon=":material/play_arrow:", disabled=items is None or busy,
-             help="Wait for the current grid to finish (or stop it) first." if busy else None) and launch(items):
+             help="Wait for the current grid to finish (or stop it) first." if busy else None) \
+        and launch(items, list(grid_values)):
     st.rerun()  # drawn again with the grid under way: Launch is off until it ends (it was drawn before the click)
 
 
@@ -286,8 +390,43 @@ def grid_view() -> None:
         figures.show(grid_loss_or_empty(grid, views), key="compare-grid-loss", name=f"grid-{grid['number']}-loss",
                      live=True, feed=live_feed.link(token, "loss", "", stamp),  # "": the feed sends its newest
                      current=lambda: grid_loss_or_empty(grid, [job.view() for job in grid["jobs"]]))
+    grid_cells(grid, views)
     if active != st.session_state.get("compare-active", False):
         st.rerun(scope="app")  # the grid started or ended: the Launch button and the comparison below follow
+
+
+def grid_rows(grid: dict, views) -> list[dict]:
+    """The grid's runs as explorer.sweeps rows (each run's point on the grid's axes, status, final metrics)."""
+    return [result_row(view.label.partition(": ")[2] or view.label, spec, grid["paths"], view.status, view.history,
+                       view.diverged_at) for view, spec in zip(views, grid["specs"])]
+
+
+def grid_cells(grid: dict, views) -> None:
+    """The grid's small multiples: each cell's final loss (or accuracy) in a heatmap over the grid's axes, filled
+    in as runs end, and a sortable table of the cells."""
+    rows = grid_rows(grid, views)
+    paths = grid["paths"]
+    metrics = [key for key in plots.GRID_METRICS if key == "final_loss" or any(row[key] is not None for row in rows)]
+    left, right = st.columns(2)
+    metric = left.radio("Cell value", metrics, key="compare-grid-metric", horizontal=True,
+                        format_func=plots.GRID_METRICS.get, help="What each cell of the heatmap shows: the last "
+                                                                 "logged value of each run.")
+    x = paths[1] if len(paths) > 1 else SEED_AXIS
+    if len(paths) == 1 and len({row["point"][SEED_AXIS] for row in rows}) > 1:
+        if right.radio("Seeds", ["each seed", "seed mean"], key="compare-grid-seeds", horizontal=True,
+                       help="A column per seed, or one column of the seeds' mean.") == "seed mean":
+            x = None
+    figures.show(plots.grid_figure(rows, paths[0], x, metric=metric,
+                                   title=f"Grid {grid['number']}: {plots.GRID_METRICS[metric]} per cell"),
+                 key="compare-grid-cells-figure", name=f"grid-{grid['number']}-cells")
+    number = st.column_config.NumberColumn(format="%.4g")
+    st.dataframe([{**row["point"], "status": row["status"], "final loss": row["final_loss"],
+                   "val loss": row["final_val_loss"], "val accuracy": row["final_val_accuracy"],
+                   "diverged at": row["diverged_at"]} for row in rows],
+                 hide_index=True, key="compare-grid-cells", placeholder="-",
+                 column_config={"final loss": number, "val loss": number,
+                                "val accuracy": st.column_config.NumberColumn(format="%.3f"),
+                                "diverged at": st.column_config.NumberColumn(format="%d")})
 
 
 def run_fraction(view) -> float:
@@ -464,7 +603,8 @@ def show_heatmaps(records: list[dict], labels: list[str], results: list[dict], b
                 step, result = coefficients
                 # two short lines: a narrow column cut the one-line title ("unrolled at ste")
                 fig = plots.coefficient_heatmap(result[shown], f"{label}<br><sub>{shown}, step {step}</sub>",
-                                                log_ratio=shown == "log_ratio", blocks=result.get("blocks"))
+                                                log_ratio=shown == "log_ratio", blocks=result.get("blocks"),
+                                                result=result, basis=shown)
                 figures.show(fig, key=f"compare-heatmap-{record['id']}", name=f"{label}-coefficients")
 
 
@@ -496,10 +636,7 @@ def diverged_explanation(root: str, run_id: str, updated: float) -> str:
     """One or two sentences on why a stored run diverged (explorer.diagnose on its spec at initialisation).
     Cached per store, run and run version (`updated`)."""
     store = state.store()
-    try:
-        return explorer.diagnose(store.spec(run_id)).explain(store.get(run_id, arrays=False))
-    except Exception as error:  # noqa: BLE001  (a spec that no longer builds here: the page goes on)
-        return f"no diagnosis: it could not be computed ({type(error).__name__}: {error})"
+    return diagnosis_view.explanation(diagnosis_view.compute(store.spec(run_id)), store.get(run_id, arrays=False))
 
 
 def compare_view() -> None:
@@ -529,7 +666,7 @@ def compare_view() -> None:
         for label, record in zip(labels, records):
             if record["status"] == "diverged":
                 why = diverged_explanation(str(state.store().root), record["id"], record["updated"])
-                st.caption(f"**{messages.escape(label)}**: {messages.escape(why)}")
+                st.caption(f"**{messages.escape(label)}**: {why}")  # escaped by diagnosis_view
     curves = [{"label": label, "history": record["history"], "status": record["status"],
                "diverged_at": record["diverged_at"]} for label, record in zip(labels, records) if record["history"]]
     if curves:

@@ -8,6 +8,11 @@ cap; each probe may run EXPLORER_PROBE_SECONDS. While it runs, a progress bar fo
 without one a fragment on a timer) beside a Cancel button; its results are drawn with the same figures as
 the notebooks (explorer.plots.probe_figures). Probe results recorded while the run trained can be scrubbed
 step by step.
+
+Above the probes, the run's diagnosis (explorer.diagnose, as on Train and Compare): the papers' quantities
+measured on its model at initialisation against their predictions, and why it diverged or stalled. It is
+computed here in the server on the model at initialisation only (no weights loaded, no training), within the
+memory caps explorer.diagnose checks (explorer.budget), once per run and status.
 """
 
 import json
@@ -20,7 +25,7 @@ from explorer import plots
 from explorer.nn import reference
 from explorer.registries import SpecError
 from explorer.runs import StoreError
-from explorer_app import figures, live_feed, messages, spec_form, state
+from explorer_app import diagnosis_view, figures, live_feed, messages, spec_form, state
 
 PROBES = explorer.registry("probes")
 REFRESH_S = 0.5  # without a feed: how often the probe job's progress redraws while it is active
@@ -72,6 +77,35 @@ with st.expander("The code this model runs"):
             st.code(text, language="python")
     except LookupError as missing:
         st.info(str(missing), icon=":material/info:")
+
+
+@st.cache_data(show_spinner="Measuring the papers' quantities on this model...", max_entries=64)
+def run_diagnosis(root: str, run_id: str, status: str) -> dict:
+    """The stored run's diagnosis as {"table": rows, "explanation": text or None} (None while it trains, and when
+    it ended neither diverged nor stalled), or {"error": text} where it cannot be computed here. Cached per
+    store, run and status (an ended run's outcome does not change; one still training is explained when it ends)."""
+    store = state.store()
+    record = store.get(run_id, arrays=False)
+    diagnosis = diagnosis_view.compute(store.spec(run_id))
+    if not isinstance(diagnosis, explorer.Diagnosis):
+        return {"error": diagnosis}
+    failed = status in ("finished", "diverged") and explorer.diagnosis.outcome(record).failed
+    return {"table": diagnosis.table(), "explanation": diagnosis.explain(record) if failed else None}
+
+
+def show_diagnosis(found: dict, status: str) -> None:
+    """The run's diagnosis: why it diverged or stalled (a warning, with the numbers and the papers' sections),
+    and the table of measured against predicted quantities."""
+    if "error" in found:
+        st.caption(found["error"])
+        return
+    if found["explanation"]:
+        st.warning(f"**{'Diverged' if status == 'diverged' else 'Stalled'}**: {messages.escape(found['explanation'])}",
+                   icon=":material/troubleshoot:")
+    diagnosis_view.show_table(found["table"], expanded=bool(found["explanation"]))
+
+
+show_diagnosis(run_diagnosis(str(store.root), run_id, record["status"]), record["status"])
 
 
 def live_weights(run_id: str) -> tuple[int, dict] | None | bool:

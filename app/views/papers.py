@@ -1,9 +1,10 @@
 """Papers page: each paper's question, its key equations, and its claims rerun at CPU scale.
 
 One tab per paper (the open tab is in the URL as ?paper=...): a plain-language summary, the
-equations its claims test (st.latex), every claim with a button that reruns it on real training
-runs (fast mode by default) and shows its verdict, the measured numbers against the criterion,
-and the paper's presets, each of which opens in the Train page to be trained live and probed.
+equations its claims test (st.latex), every claim with its full-mode result recorded with the package and a
+button that reruns it on real training runs (fast mode by default); a result shows its verdict, the measured
+summary and why, the per-seed numbers with the rule folded, and beside them the figure of the numbers it decided
+on; and the paper's presets, each of which opens in the Train page to be trained live and probed.
 
 Claims run as a job of the server's queue, in a worker process (never in the page's script thread),
 so a class cannot start more heavy work at once than EXPLORER_MAX_JOBS allows; the page follows the
@@ -21,15 +22,15 @@ from __future__ import annotations
 import json
 import time
 
-import plotly.graph_objects as go
 import streamlit as st
 
 import explorer
 from explorer import plots
 from explorer.papers import PAPERS, presets_of
 from explorer.papers.claims import Claim, claims, recorded
+from explorer.papers.claims import figure as claim_figure
 from explorer_app import figures, live_feed, state
-from explorer_app.messages import escape, failure
+from explorer_app.messages import escape
 from explorer.settings import SettingError
 
 
@@ -192,56 +193,37 @@ def formatted(value) -> str:
     return str(value)
 
 
-def tau_norm_figure(m: dict) -> go.Figure:
-    curves = {"measured, τ = 1/√L": m["R[1/sqrt(L)]"], "Theorem 1's ceiling, τ = 1/√L": m["theory_R_upper[1/sqrt(L)]"],
-              "measured, τ = L^-1/4": m["R[1/L^0.25]"], "Theorem 4's floor L^1/4, τ = L^-1/4": m["theorem4_floor[1/L^0.25]"]}
-    return plots.theory_curves(m["depths"], curves, "Norm growth at initialisation: ||h_(L-1)|| / ||h_0||",
-                               "depth L", "RMS norm ratio R", log_x=True, log_y=True)
-
-
-def width_figure(per_seed: dict) -> go.Figure:
-    """DCA's gain (Transformer - DCA validation loss) against width, one curve per seed, on its own axis."""
-    prefix = "gain (transformer - DCA) at width "
-    widths = sorted(int(key.removeprefix(prefix)) for key in per_seed if key.startswith(prefix))
-    n_seeds = len(per_seed[f"{prefix}{widths[0]}"])
-    curves = {f"seed {i}": [per_seed[f"{prefix}{w}"][i] for w in widths] for i in range(n_seeds)}
-    return plots.theory_curves(widths, curves, "DCA's gain over the Transformer against width (one curve per seed)",
-                               "width", "gain: val loss Transformer - DCA (nats)", log_x=True)
-
-
-FIGURES = {  # claims whose numbers explorer.plots can draw -> (field of the row, figure)
-    ("tau", "init-norm-sharp-threshold"): ("measured", tau_norm_figure),
-    ("dca", "table2-width-trend"): ("per_seed", width_figure),
-}
-
-
-
-def show_result(claim: Claim, row: dict, fast: bool) -> None:
-    """Verdict badge, the per-seed numbers, the rule with its threshold and why, the set-up, and a figure."""
+def show_result(claim: Claim, row: dict, fast: bool, recorded_row: bool = False) -> None:
+    """Verdict badge, then the verdict table (the measured summary first, why, the per-seed numbers, the rule
+    folded) beside the figure of the numbers it decided on (explorer.papers.claims.figure), then the paper's words.
+    `recorded_row`: a full-mode row recorded with the package, not run in this session."""
     mode = "fast" if fast else "full"
     color, icon, label = VERDICTS.get(row["verdict"], ("gray", ":material/help:", "unknown verdict"))
     took = f", computed in {row['seconds']} s" if row.get("seconds") is not None else ""
-    st.markdown(f":{color}-badge[{icon} {label}] :gray-badge[{mode} mode{took}]")
+    source = (f":blue-badge[recorded with the package: {escape(row['mode'])}]" if recorded_row
+              else f":gray-badge[{mode} mode{took}]")
+    st.markdown(f":{color}-badge[{icon} {label}] {source}")
     if row["verdict"] == "error":
         st.error(escape(error_message(row["note"])), icon=":material/error:")
         return
-    # the notebooks' verdict table (explorer.plots.verdict_table): every text in it is escaped
-    st.html(plots.verdict_table([row], show_claim=False))
-    st.caption(f"The paper: {escape(row['source'])}")
-    st.caption(f"Paper scale: {escape(row['paper_scale'])}")
-    field, draw = FIGURES.get((claim.paper, claim.id), (None, None))
-    if draw is not None:
-        try:
-            fig = draw(row[field])
-        except (KeyError, TypeError, ValueError, IndexError) as error:  # numbers not shaped as drawn here
-            st.caption(f"No figure for these numbers ({failure(error)}).")
-            return
-        figures.show(fig, key=f"papers-{claim.paper}-{claim.id}-{mode}", name=f"{claim.paper}-{claim.id}-{mode}")
+    if recorded_row and row.get("stale"):
+        st.caption("The check changed after this was recorded: a new full-mode run may differ.")
+    # the notebooks' verdict table (explorer.plots.verdict_table; every text in it is escaped) beside its figure:
+    # both in one screen at 1280x720
+    fig = claim_figure(row)
+    table, chart = st.columns(2, gap="medium") if fig is not None else (st.container(), None)
+    table.html(plots.verdict_table([row], show_claim=False))
+    if chart is not None:
+        with chart:
+            name = f"{claim.paper}-{claim.id}-{'recorded' if recorded_row else mode}"
+            figures.show(fig, key=f"papers-{name}", name=name)
+    st.caption(f"The paper: {escape(row.get('source', claim.source))}")
+    st.caption(f"Paper scale: {escape(row.get('paper_scale', claim.paper_scale))}")
 
 
 def recorded_section(paper: str) -> None:
-    """The paper's full-mode results recorded with the package (3 seeds), folded: what a full run gives, without
-    waiting for it."""
+    """The paper's full-mode results recorded with the package (3 seeds): when and where they were recorded and
+    all its claims in one table, folded; each claim below shows its own recorded row with its figure."""
     stored = recorded(paper)
     if not stored["rows"]:
         return
@@ -276,8 +258,9 @@ def claims_section(paper: str, fast: bool) -> None:
         st.warning(st.session_state["papers-message"], icon=":material/warning:")
     st.fragment(run_every=PROGRESS_S if busy and not live_feed.served else None)(claims_progress)(paper)
     recorded_section(paper)
+    stored = {row["id"]: row for row in recorded(paper)["rows"]}
     for claim in paper_claims:
-        with st.container(border=True):
+        with st.container(border=True, key=f"papers-claim-{paper}-{claim.id}"):
             st.markdown(f"**{escape(claim.section)}.** {escape(claim.statement)}")
             st.button("Run this claim", key=f"papers-run-{paper}-{claim.id}", on_click=start_claims,
                       args=([claim], fast), disabled=busy)
@@ -285,6 +268,8 @@ def claims_section(paper: str, fast: bool) -> None:
                 row = session_results().get((paper, claim.id, mode_fast))
                 if row is not None:
                     show_result(claim, row, mode_fast)
+            if session_results().get((paper, claim.id, False)) is None and claim.id in stored:
+                show_result(claim, stored[claim.id], fast=False, recorded_row=True)  # no run needed to see one
 
 
 def presets_section(paper: str) -> None:

@@ -22,7 +22,8 @@ import streamlit as st
 import explorer
 from explorer import plots
 from explorer.registries import SpecError
-from explorer_app import figures, jobs, limits, live_feed, messages, spec_form, state, uploads
+from explorer_app import (design_editor, diagnosis_view, figures, jobs, limits, live_feed, messages, spec_form, state,
+                          uploads)
 
 REFRESH_S = 0.2  # without a feed: the live view's refresh period while a job is active (five redraws per second)
 # The heatmap's and the live probe's refresh period (results come every `probe every` steps, up to ten a
@@ -107,6 +108,42 @@ if spec is not None:
     write_to_url(spec)
     state.remember_train_spec(spec)
 
+
+
+# ---- the shortcut editor -----------------------------------------------------------------------
+def shortcut_editor() -> None:
+    """Draw the form's shortcuts on a matrix of the model's layers (explorer_app.design_editor)."""
+    if form.raw["topology"]["name"] == design_editor.TOPOLOGY:
+        st.subheader("Shortcut design")
+    design_editor.render(form.raw)
+    with st.expander("Design challenge", icon=":material/emoji_events:"):
+        design_editor.challenge_panel(state.session_jobs(), spec)
+
+
+shortcut_editor()
+
+
+def rewire_if_edited(job, spec) -> None:
+    """While the session's run is paused, a design edited in the form (the same experiment, another topology)
+    rewires the running model at the step it holds (the job queue's `rewire`); an edit made while it ran waits
+    for the next run. The worker's answer shows in the live view (`show_rewires`)."""
+    edited = None if spec is None else json.dumps(spec.topology.to_dict(), sort_keys=True)
+    seen = (getattr(job, "id", None), edited)
+    before = st.session_state.get("design-seen")
+    st.session_state["design-seen"] = seen
+    if job is None or spec is None or job.status != "paused" or before is None or before[0] != job.id:
+        return
+    if before[1] == edited or any(getattr(spec, s) != getattr(job.spec, s) for s in ("data", "model", "init", "optim",
+                                                                                       "train")):
+        return
+    rewires = job.rewires
+    running = rewires[-1]["topology"] if rewires else job.spec.topology.to_dict()
+    if json.dumps(running, sort_keys=True) != edited:
+        state.job_queue().rewire(job.id, spec.topology.to_dict())
+
+
+rewire_if_edited(st.session_state.get("train-job"), spec)
+
 # ---- what to watch -----------------------------------------------------------------------------
 left, middle, right = st.columns([2, 1, 1])
 probe_name = left.selectbox("Live probe", probe_names, key="train-probe", index=probe_names.index(DEFAULT_PROBE),
@@ -156,7 +193,8 @@ def read_view(job):
 
 def stamp(view) -> str:
     """What the page's widgets show of a run: when the feed's stamp differs, the page reruns."""
-    return json.dumps([view.status, view.queue_position, view.note, sorted(view.probes)])
+    return json.dumps([view.status, view.queue_position, view.note, sorted(view.probes), len(view.rewires),
+                       view.rewire_error])
 
 
 def progress_text(view) -> str:
@@ -175,7 +213,7 @@ def loss_figure(view):
 
 
 def loss_version(view) -> str:
-    return f"{view.history_length}:{view.status}"
+    return f"{view.history_length}:{view.status}:{len(view.rewires)}"
 
 
 def publish_feed(job) -> str | None:
@@ -253,6 +291,7 @@ def live_view() -> None:
         empty_loss_chart()
         return
     show_status(view, links.get("progress"))
+    show_rewires(view)
     show_loss(job, view, links.get("loss"))
     if view.active != active_at_last_run():
         st.rerun(scope="app")  # switch the live parts (feed or timers) on or off
@@ -270,11 +309,10 @@ def show_status(view, feed: live_feed.Link | None) -> None:
                 f"this one is number {view.queue_position} in line.", icon=":material/hourglass_top:")
     elif view.status == "diverged":
         diagnosis = run_diagnosis(view)
-        why = messages.escape(diagnosis.explain(view)) if isinstance(diagnosis, explorer.Diagnosis) else diagnosis
         st.warning(f"**Diverged at step {view.diverged_at}**: the loss became non-finite or grew past "
                    f"train.diverge_factor times its first value. That is a result, not an error: the charts show "
-                   f"the run up to there. {why}", icon=":material/trending_up:")
-        show_diagnosis(diagnosis)
+                   f"the run up to there. {diagnosis_view.explanation(diagnosis, view)}", icon=":material/trending_up:")
+        diagnosis_view.show_table(getattr(diagnosis, "table", lambda: None)())
     elif view.status == "error":
         st.error(f"The run failed: {messages.escape(view.error)}", icon=":material/error:")
     elif view.status == "finished":
@@ -283,10 +321,21 @@ def show_status(view, feed: live_feed.Link | None) -> None:
         st.success(f"Finished {view.steps_done} steps: {shown}", icon=":material/check_circle:")
         if explorer.diagnosis.outcome(view).stalled:
             diagnosis = run_diagnosis(view)
-            why = messages.escape(diagnosis.explain(view)) if isinstance(diagnosis, explorer.Diagnosis) else diagnosis
             st.warning(f"**Stalled**: the loss ended within {1 - explorer.diagnosis.STALL_FRACTION:.0%} of its first "
-                       f"value. {why}", icon=":material/trending_flat:")
-            show_diagnosis(diagnosis)
+                       f"value. {diagnosis_view.explanation(diagnosis, view)}", icon=":material/trending_flat:")
+            diagnosis_view.show_table(getattr(diagnosis, "table", lambda: None)())
+
+
+def show_rewires(view) -> None:
+    """Where the run's design was changed while it trained (the loss chart marks the same steps), and why the
+    last change was refused, if it was."""
+    for rewire in view.rewires:
+        st.info(f"Rewired at step {rewire['step']}: {messages.escape(rewire['change'])}", icon=":material/cable:")
+    if view.rewire_error:
+        st.error(f"Not rewired: {messages.escape(view.rewire_error)}", icon=":material/block:")
+    elif view.status == "paused" and form.raw["topology"]["name"] == design_editor.TOPOLOGY:
+        st.caption("Paused: a change of the shortcut design rewires this run at this step (its block weights "
+                   "kept); resume to train on.")
 
 
 def run_diagnosis(view):
@@ -296,23 +345,8 @@ def run_diagnosis(view):
     key = (getattr(job, "id", None), view.run_id)
     cached = st.session_state.get("train-diagnosis")
     if cached is None or cached[0] != key:
-        try:
-            found = explorer.diagnose(job.spec)
-        except Exception as error:  # noqa: BLE001  (the run's own result matters more than its diagnosis)
-            found = f"No diagnosis: it could not be computed ({messages.escape(type(error).__name__)}: " \
-                    f"{messages.escape(str(error).splitlines()[0][:200] if str(error) else '')})."
-        cached = st.session_state["train-diagnosis"] = (key, found)
+        cached = st.session_state["train-diagnosis"] = (key, diagnosis_view.compute(job.spec))
     return cached[1]
-
-
-def show_diagnosis(diagnosis) -> None:
-    """The papers' quantities measured on this model, against their predictions."""
-    if not isinstance(diagnosis, explorer.Diagnosis):
-        return
-    with st.expander("Diagnosis", icon=":material/troubleshoot:"):
-        st.caption("What the papers' theories speak about, measured on this model at initialisation (built with "
-                   "the run's seed), against each theory's prediction.")
-        st.dataframe(diagnosis.table(), hide_index=True)
 
 
 def empty_loss_chart() -> None:
@@ -351,6 +385,10 @@ def probe_view() -> None:
         if heatmap is not None:
             figures.show(heatmap, key="train-heatmap", name="shortcut-coefficients", live=True,
                          feed=live_feed.link(token, "heatmap", version, page_stamp), current=lambda: latest()[0])
+            mass = plots.mass_summary(view.probes.get(LIVE_PROBE) or {})
+            if mass:
+                st.caption(f"Where the mass went (step {view.probe_step}):")
+                st.text(mass)
     with probe_col:
         for i, fig in enumerate(probe_figs):
             figures.show(fig, key=f"train-probe-{i}", name=f"{probe_name}-{i}", live=True,
@@ -377,7 +415,8 @@ def build_probe_charts(view, basis_choice: str, probe: str) -> tuple:
         basis = plots.coefficient_basis(coefficients, basis_choice)
         heatmap = plots.coefficient_heatmap(coefficients[basis],
                                             f"Shortcut coefficients ({basis}) at step {view.probe_step}",
-                                            log_ratio=basis == "log_ratio", blocks=coefficients.get("blocks"))
+                                            log_ratio=basis == "log_ratio", blocks=coefficients.get("blocks"),
+                                            result=coefficients, basis=basis)
     result = view.probes.get(probe)
     if result is not None:
         probe_figs = plots.probe_figures(probe, result, f"step {view.probe_step}")

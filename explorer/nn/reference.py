@@ -252,9 +252,9 @@ def shortcuts(topology, x0, blocks, acts):
     xs = [x0]
     for j, (f, act) in enumerate(zip(blocks, acts), start=1):
         y = f(xs[-1])
-        for i, jj in topology.pairs:
+        for k, (i, jj) in enumerate(topology.pairs):
             if jj == j:
-                y = y + xs[i]
+                y = y + topology.weights[k] * xs[i]
         xs.append(act(y))
     return xs[-1]
 

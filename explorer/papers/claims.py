@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.papers.base import PAPERS
+from explorer.plots import per_seed_summary as summary_of  # the measured line of a row without a summary
 from explorer.registries import SpecError
 
 VERDICTS = ("holds", "does-not-hold", "inconclusive", "not-tested", "error")
@@ -90,7 +91,8 @@ def decide(diffs: Sequence[float], *, fast_margin: float, min_effect: float = 0.
     otherwise inconclusive. With one seed (fast mode) the noise is unknown: holds only when the
     difference exceeds `fast_margin`, does-not-hold only below -fast_margin, else inconclusive.
     The reason says which test failed (the seeds' signs, the noise, the threshold), and a floor never
-    hides differences that all point against the claim: the reason says so first.
+    hides differences that all point against the claim: the reason says so first; an undecided reason also says
+    how many seeds point against the claim.
     """
     values = [float(d) for d in diffs]
     if not values:
@@ -112,17 +114,20 @@ def decide(diffs: Sequence[float], *, fast_margin: float, min_effect: float = 0.
         rule += "; inconclusive at a floor (" + "; ".join(floors) + ")"
     if any(not math.isfinite(v) for v in values):
         return Decision("inconclusive", rule, f"a difference is not finite ({stats})")
+    against = sum(v < 0 for v in values)
+    contrary = (f"{against} of {n} seeds point against the claim" + (", and so does the mean" if mean < 0 else "")
+                if against else "")  # evidence in the other direction, never left out of an undecided reason
     if hit:
-        against = all(v < 0 for v in values)
         return Decision("inconclusive", rule,
                         (f"every {'seed points' if n > 1 else 'difference points'} against the claim ({stats}), "
-                         f"but a floor keeps it from deciding: {'; '.join(hit)}" if against else
-                         f"at a floor: {'; '.join(hit)} ({stats})"))
+                         f"but a floor keeps it from deciding: {'; '.join(hit)}" if against == n else
+                         f"at a floor: {'; '.join(hit)}" + (f"; {contrary}" if contrary else "") + f" ({stats})"))
     if n == 1:
         margin = max(fast_margin, min_effect)
         verdict = "holds" if mean > margin else "does-not-hold" if mean < -margin else "inconclusive"
         why = {"holds": "above the fast-mode margin", "does-not-hold": "below minus the fast-mode margin",
-               "inconclusive": f"within the fast-mode margin {margin:g} (one seed cannot measure the noise)"}
+               "inconclusive": f"within the fast-mode margin {margin:g} (one seed cannot measure the noise)"
+                               + ("; it points against the claim" if mean < 0 else "")}
         return Decision(verdict, rule, f"{why[verdict]} ({stats})")
     same_sign = all(v > 0 for v in values) or all(v < 0 for v in values)
     clear_of_noise = abs(mean) > SIGMAS * spread
@@ -133,7 +138,7 @@ def decide(diffs: Sequence[float], *, fast_margin: float, min_effect: float = 0.
         return Decision("does-not-hold", rule, f"every seed points the other way, clear of the noise ({stats})")
     direction = "for" if mean > 0 else "against"
     if not same_sign:
-        why = "the seeds disagree in sign"
+        why = f"the seeds disagree in sign ({contrary})" if contrary else "the seeds disagree in sign"
     elif not clear_of_noise:
         why = f"every seed points {direction} the claim, but the mean is within {SIGMAS:g} x the paired std (noise)"
     else:
@@ -463,27 +468,6 @@ def _stored_results() -> dict[str, Any]:
     return json.loads(RECORDED.read_text()) if RECORDED.exists() else {"about": {}, "rows": []}
 
 
-def summary_of(per_seed: dict[str, list]) -> str:
-    """A one-line summary of per-seed numbers: each quantity's mean over seeds (its range when the seeds differ),
-    e.g. "val accuracy skip: 0.92 (0.89-0.93); val accuracy skipless: 0.08 (0.08-0.09)". Lists and flags are
-    counted or left out; the line is cut at about 300 characters."""
-    parts = []
-    for name, values in per_seed.items():
-        numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        flags = [v for v in values if isinstance(v, bool)]
-        if numbers and len(numbers) == len(values):
-            mean = statistics.fmean(numbers)
-            low, high = min(numbers), max(numbers)
-            spread = f" ({low:.3g} to {high:.3g})" if len(numbers) > 1 and f"{low:.3g}" != f"{high:.3g}" else ""
-            parts.append(f"{name}: {mean:.3g}{spread}")
-        elif flags and len(flags) == len(values):
-            parts.append(f"{name}: {sum(flags)} of {len(flags)}")
-        elif any(v is None for v in values) and numbers:
-            parts.append(f"{name}: {', '.join('-' if v is None else f'{v:.3g}' for v in values if not isinstance(v, list))}")
-    text = "; ".join(parts)
-    return text if len(text) <= 300 else text[:297].rsplit(";", 1)[0] + "; ..."
-
-
 def per_seed_text(per_seed: dict[str, list]) -> str:
     """The per-seed numbers as one line: "name: a, b, c; name: ..."."""
     def short(v):
@@ -518,7 +502,103 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# ---- figures: what a claim decided on, drawn ------------------------------------------------------------------------
 
+def _tau_norm_figure(row: dict):
+    """tau/init-norm-sharp-threshold: the measured norm ratio against depth, with Theorems 1 and 4's bounds."""
+    from explorer import plots
+
+    m = row["measured"]
+    curves = {"measured, τ = 1/√L": m["R[1/sqrt(L)]"], "Theorem 1's ceiling, τ = 1/√L": m["theory_R_upper[1/sqrt(L)]"],
+              "measured, τ = L^-1/4": m["R[1/L^0.25]"], "Theorem 4's floor L^1/4, τ = L^-1/4": m["theorem4_floor[1/L^0.25]"]}
+    return plots.theory_curves(m["depths"], curves, "Norm growth at initialisation: ||h_(L-1)|| / ||h_0||",
+                               "depth L", "RMS norm ratio R", log_x=True, log_y=True)
+
+
+def _width_figure(row: dict):
+    """dca/table2-width-trend: DCA's gain (Transformer - DCA validation loss) against width, one curve per seed."""
+    from explorer import plots
+
+    per_seed, prefix = row["per_seed"], "gain (transformer - DCA) at width "
+    widths = sorted(int(key.removeprefix(prefix)) for key in per_seed if key.startswith(prefix))
+    n_seeds = len(per_seed[f"{prefix}{widths[0]}"])
+    curves = {f"seed {i}": [per_seed[f"{prefix}{w}"][i] for w in widths] for i in range(n_seeds)}
+    return plots.theory_curves(widths, curves, "DCA's gain over the Transformer against width (one curve per seed)",
+                               "width", "gain: val loss Transformer - DCA (nats)", log_x=True)
+
+
+def _trainability_figure(row: dict):
+    """tau/fig1-trainability: validation accuracy against depth for each tau rule, a panel per learning rate, a
+    marker per seed and a line through the seeds' mean; a run that exploded has no accuracy: the panel says at which
+    depth and on how many seeds, in the rule's colour."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from explorer import plots
+
+    per_seed, depths, lrs = row["per_seed"], row["measured"]["depths"], row["measured"]["lrs"]
+    rules = list(dict.fromkeys(key.split(", ", 1)[1].split(" @ ")[0] for key in per_seed if " @ L=" in key))
+    colours = plots.run_colors([f"τ = {rule}" for rule in rules])
+    fig = make_subplots(rows=1, cols=len(lrs), shared_yaxes=True, horizontal_spacing=0.06,
+                        subplot_titles=[f"lr {lr:g}" for lr in lrs])
+    for col, lr in enumerate(lrs, start=1):
+        for k, rule in enumerate(rules):
+            colour, name = colours[f"τ = {rule}"], f"τ = {rule}"
+            runs = {L: per_seed[f"lr {lr:g}, {rule} @ L={L}: val acc / final loss"] for L in depths}
+            means, exploded = [], []
+            for L in depths:
+                accs = [run[0] for run in runs[L] if run and run[0] is not None]
+                means.append(sum(accs) / len(accs) if len(accs) == len(runs[L]) else None)
+                if len(accs) < len(runs[L]):
+                    exploded.append((L, len(runs[L]) - len(accs), len(runs[L])))
+            fig.add_trace(go.Scatter(x=list(depths), y=means, mode="lines", name=name, legendgroup=name,
+                                     showlegend=False, line=dict(color=colour, width=2),
+                                     hovertemplate=f"{name}, depth %{{x}}: mean val acc %{{y:.3f}}<extra></extra>"),
+                          row=1, col=col)
+            for seed in range(max(len(v) for v in runs.values())):
+                points = [(L, run[seed]) for L, run in runs.items() if seed < len(run) and run[seed]
+                          and run[seed][0] is not None]
+                fig.add_trace(go.Scatter(
+                    x=[x for x, _ in points], y=[p[0] for _, p in points], mode="markers", name=name,
+                    legendgroup=name, showlegend=col == 1 and seed == 0,
+                    marker=dict(size=10, color=colour, opacity=0.8, line=dict(width=1, color="white")),
+                    customdata=[p[1] for _, p in points],
+                    hovertemplate=f"{name}, seed {seed}, depth %{{x}}<br>val acc %{{y:.3f}}, final loss "
+                                  f"%{{customdata:.3g}}<extra></extra>"), row=1, col=col)
+            for L, n, total in exploded:
+                fig.add_annotation(x=math.log10(L), y=0.06 + 0.09 * k, xref=f"x{col if col > 1 else ''}",
+                                   yref=f"y{col if col > 1 else ''} domain", text=f"✕ {n}/{total}",
+                                   showarrow=False, font=dict(color=colour, size=13))
+        fig.update_xaxes(title=dict(text="depth L (log scale)"), type="log", tickvals=list(depths),
+                         ticktext=[str(L) for L in depths], row=1, col=col)
+    fig.update_yaxes(title=dict(text="validation accuracy"), row=1, col=1)
+    return fig.update_layout(
+        template="plotly_white", title=dict(text="Val accuracy by depth (✕ n/N: exploded)", font=dict(size=15)),
+        height=460, font=dict(size=14), margin=dict(l=10, r=20, t=70, b=40),
+        legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0))
+
+
+#: claims with a figure of their own (the per-seed strip plot draws the others): (paper, id) -> draw(row)
+FIGURES: dict[tuple[str, str], Callable[[dict], Any]] = {
+    ("tau", "init-norm-sharp-threshold"): _tau_norm_figure,
+    ("tau", "fig1-trainability"): _trainability_figure,
+    ("dca", "table2-width-trend"): _width_figure,
+}
+
+
+def figure(row: dict):
+    """A claim row's figure (plotly), the same in the notebooks and on the Papers page: the claim's own (`FIGURES`)
+    where it has one, else (also when the row's numbers are not shaped as that figure needs) the per-seed numbers
+    (`explorer.plots.claim_figure`); None when the row has no numbers to draw."""
+    from explorer import plots
+
+    draw = FIGURES.get((row.get("paper"), row.get("id")))
+    if draw is not None:
+        try:
+            return draw(row)
+        except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError):
+            pass  # numbers not shaped as that figure needs: draw them as they are
+    return plots.claim_figure(row)
 
 
 def seeded(spec, seed: int):

@@ -148,8 +148,9 @@ def jacobian_figures(r, head):
     """The spectra of the first four inputs' Jacobians, the mean chi in the title."""
     sv = r["singular_values"]
     curves = {f"input {i}": sv[i] for i in range(min(4, len(sv)))}
+    matrices = {label: f"the Jacobian J = ∂stack(x₀)/∂x₀ at {label}" for label in curves}
     return [plots.spectra(curves, f"{head}input-output Jacobian spectrum (mean χ = {_mean(r['chi']):.4g})"
-                                  + undefined_note(r))]
+                                  + undefined_note(r), matrices=matrices)]
 
 
 # --------------------------------------------------------------------------------------
@@ -224,7 +225,9 @@ def weights_figures(r, head):
     curves = {n: r["singular_values"][i] for i, n in enumerate(names[:12])}
     full = r["shapes"].min(axis=1)
     note = undefined_note(r)
-    return [plots.spectra(curves, f"{head}weight spectra" + (" (first 12 matrices)" if len(names) > 12 else "") + note),
+    matrices = {n: f"W = {n} (the layer's weight)" for n in curves}
+    return [plots.spectra(curves, f"{head}weight spectra" + (" (first 12 matrices)" if len(names) > 12 else "") + note,
+                          matrices=matrices),
             plots.rank_plot(names, r["rank"], full, f"{head}numerical rank of each weight matrix" + note)]
 
 
@@ -295,10 +298,23 @@ def norms(model, inputs):
 
 @plots.figure_for("norms")
 def norms_figures(r, head):
-    """The relative input and output norms by block, on a log axis."""
-    curves = {"output ||y_l|| / ||x_0||": r["relative_output_norm"], "input ||in_l|| / ||x_0||": r["relative_input_norm"]}
-    return [plots.norms_by_layer(curves, f"{head}norms by block, relative to the embedded input" + undefined_note(r),
-                                 log_y=True, labels=[str(n) for n in r["labels"]] if "labels" in r else None)]
+    """The input and output norms by block relative to block 1's (its input is the embedded input x_0), on a log
+    axis; each point's hover gives the norm and the ratio with their numbers."""
+    curves = {"output ||y_l|| / ||y_1||": r["relative_output_norm"], "input ||in_l|| / ||x_0||": r["relative_input_norm"]}
+    equations = {label: _norm_equations(r, side) for label, side in zip(curves, ("output", "input"))}
+    return [plots.norms_by_layer(curves, f"{head}norms by block, relative to block 1's (its input is the embedded input)"
+                                 + undefined_note(r),
+                                 log_y=True, labels=[str(n) for n in r["labels"]] if "labels" in r else None,
+                                 equations=equations)]
+
+
+def _norm_equations(r, side: str) -> list[str]:
+    """Each block's hover maths for one side: the norm's formula with its value, and the ratio to block 1's."""
+    norms, relative = np.asarray(r[f"{side}_norm"], float), np.asarray(r[f"relative_{side}_norm"], float)
+    name = "y_l" if side == "output" else "in_l"
+    first = "y_1" if side == "output" else "in_1 = x_0"
+    return [f"||{name}|| = mean over the batch of sqrt(Σ {name}²) = {n:.4g}<br>"
+            f"||{name}|| / ||{first}|| = {n:.4g} / {norms[0]:.4g} = {q:.4g}" for n, q in zip(norms, relative)]
 
 
 # --------------------------------------------------------------------------------------
@@ -439,7 +455,10 @@ def coefficients(model, inputs):
     """own and unrolled from Topology.coefficients() (rows: destinations; the first stage's Stack of a
     resnet-cifar), blocks (their names, `block_labels`), and log_ratio[r, i] = log(|unrolled[r, i]| / max_i |unrolled[r, i]|): 0 for each row's
     strongest source, -inf where a source does not reach, NaN on an all-zero row (ANCRe Fig. 6).
-    learnable: whether the topology has trained parameters (its `own` matrix is what was learned)."""
+    learnable: whether the topology has trained parameters (its `own` matrix is what was learned).
+    forced, forced_reason, forced_reasons: which own coefficients (and direct paths, on the diagonal) the topology
+    fixes whatever its parameters, and why (`_forced`); and what the topology computes its coefficients from
+    (`Topology.coefficient_inputs`: ANCRe's logits and temperature), for the figures' equations."""
     topology = stacks(model)[0].topology
     try:
         c = topology.coefficients()
@@ -453,10 +472,11 @@ def coefficients(model, inputs):
     row_max = magnitude.max(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_ratio = np.log(magnitude / row_max)
-    result = {"own": own, "unrolled": unrolled, "log_ratio": log_ratio,
+    result = {"own": own, "unrolled": unrolled, "log_ratio": log_ratio, "basis": np.array(c.basis),
               # learned coefficients (ANCRe, GRN, DCA, learnable tau): figures show `own` by default
               "learnable": np.array(any(p.requires_grad for p in topology.parameters())),
-              "blocks": np.array(_topology_blocks(model, topology))}
+              "blocks": np.array(_topology_blocks(model, topology)),
+              **_forced(topology), **topology.coefficient_inputs()}
     undefined = {key: f"the topology's coefficients hold {NONFINITE}" for key, m in (("own", c.own),
                  ("unrolled", c.unrolled)) if not np.isfinite(m).all()}
     zero_rows = np.flatnonzero(np.nan_to_num(row_max[:, 0], nan=1.0) == 0).tolist()
@@ -479,8 +499,26 @@ def coefficients_figures(r, head):
     (`plots.coefficient_basis`)."""
     basis = plots.coefficient_basis(r)
     what = "learned coefficients (own basis)" if basis == "own" else "unrolled: who feeds whom"
-    return [plots.coefficient_heatmap(r[basis], f"{head}shortcut coefficients ({what})" + undefined_note(r),
-                                      log_ratio=basis == "log_ratio", blocks=r.get("blocks"))]
+    fig = plots.coefficient_heatmap(r[basis], f"{head}shortcut coefficients ({what})" + undefined_note(r),
+                                    log_ratio=basis == "log_ratio", result=r, basis=basis)
+    summary = plots.mass_summary(r, top=3)
+    if summary:  # under the x axis: the learned shortcuts that gained most, and by how much
+        lines = summary.split("\n")
+        fig.add_annotation(xref="paper", yref="paper", x=0.0, y=0.0, yshift=-70, xanchor="left", yanchor="top",
+                           align="left", showarrow=False, font=dict(size=11, color="#444"), text="<br>".join(lines))
+        fig.update_layout(margin=dict(b=90 + 16 * len(lines)))
+    return [fig]
+
+
+def _forced(topology) -> dict[str, np.ndarray]:
+    """forced[j, i]: the topology fixes that coefficient (`Topology.forced_reasons`); forced_reason[j, i]: the index
+    of why in forced_reasons (-1 where it is learned)."""
+    size = topology.n_blocks + 1
+    reasons = topology.forced_reasons()
+    index = np.full((size, size), -1, dtype=np.int64)
+    for k, mask in enumerate(reasons.values()):
+        index[np.asarray(mask, dtype=bool) & (index < 0)] = k
+    return {"forced": index >= 0, "forced_reason": index, "forced_reasons": np.array(list(reasons), dtype=str)}
 
 
 def _topology_blocks(model, topology) -> list[str]:

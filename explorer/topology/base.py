@@ -69,6 +69,22 @@ class Topology(nn.Module):
         """s_1..s_L, the factor on each block's output in the state basis (all 1 unless a topology scales them)."""
         return torch.ones(self.n_blocks, dtype=torch.float64)
 
+    def forced_reasons(self) -> dict[str, np.ndarray]:
+        """Which coefficients the topology fixes whatever its parameters, grouped by why: {why: boolean (L+1) x (L+1)
+        mask}. Entry [j, i] below the diagonal is the own-basis coefficient of source i in destination j; the diagonal
+        [j, j] is the direct path, block j's own output into x_j (s_j, `branch_scales`, in the state basis). The
+        heatmaps grey these out, so a value the topology imposes does not read as one that was learned. Default: a
+        topology without trainable parameters fixes every entry, one with them none (subclasses that know say more)."""
+        if any(p.requires_grad for p in self.parameters()):
+            return {}
+        size = self.n_blocks + 1
+        return {"fixed by the topology (it learns no coefficients)": np.tril(np.ones((size, size), dtype=bool))}
+
+    def coefficient_inputs(self) -> dict[str, np.ndarray]:
+        """What the own coefficients are computed from, for the figures' equations (ANCRe: its logits, in the own
+        matrix's orientation, and temperature); empty for a topology whose coefficients are its parameters."""
+        return {}
+
     def init_gates(self, gen: torch.Generator) -> None:
         """Draw input-dependent gate weights that start random (gate_init="normal"); others keep their init."""
 

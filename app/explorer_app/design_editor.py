@@ -1,0 +1,302 @@
+"""The Train page's shortcut editor: draw a `shortcuts` topology by clicking the cells i:j of a matrix.
+
+A drawn design is nothing but the form's `topology.shortcuts` text, written in its canonical form
+(`explorer.shortcuts_text`): it lands in the address bar, the run store, Compare and `explorer train --set`
+as a typed one does, and the form validates it the same way. The matrix has a row per target layer j (1..L)
+and a column per source i (0 = the input .. L-1); every cell i:j with i < j is clickable, the cells j-1:j
+included: the identity skip around block j, the standard residual's (as in the preset ancre-fig2b-0:1). Plotly heatmaps emit no point clicks under Streamlit's selection, so a
+scatter trace of one marker per clickable cell takes the clicks.
+
+While the session's run is paused, a changed design rewires the running model (`rewire_if_edited`): the
+job queue's `rewire` changes its shortcuts at the step it holds, keeping its block weights.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+import streamlit as st
+
+import explorer
+from explorer.nn.base import n_blocks
+from explorer.registries import SpecError
+from explorer_app import messages, spec_form
+
+TOPOLOGY = "shortcuts"
+NAME_KEY = f"{spec_form.PREFIX}topology.name"
+TEXT_KEY = spec_form.widget_key("topology", TOPOLOGY, "shortcuts")
+LEARNABLE_KEY = spec_form.widget_key("topology", TOPOLOGY, "learnable")
+CLICKS = "design-clicks"  # how many clicks were taken: a part of the matrix's key, so each figure starts unselected
+SELECTED = "design-selected"  # the shortcut the weight input edits, as "i:j"
+WEIGHT = "design-weight"
+LEARNABLE = "design-learnable"
+ON, OFF, CHAIN = "#1c83e1", "#9aa0a6", "#e8eaed"
+MARKER_DY = 0.28  # a marker sits below its cell's label, in the same cell (a click rounds to the cell)
+
+
+def model_blocks(raw: dict) -> int | None:
+    """How many blocks the form's model has under a shortcuts topology; None while the model's fields are invalid."""
+    try:
+        spec = explorer.ExperimentSpec.from_dict({**raw, "topology": {"name": TOPOLOGY, "shortcuts": "0:1"}},
+                                                 runnable=False)
+        return n_blocks(spec)
+    except (SpecError, KeyError, TypeError, ValueError):
+        return None
+
+
+def design_text() -> str:
+    """The form's `topology.shortcuts` text (its default before the field was drawn)."""
+    default = next(p.default for p in explorer.registry("topologies")[TOPOLOGY].params if p.name == "shortcuts")
+    return str(st.session_state.get(TEXT_KEY, default))
+
+
+def current_design(blocks: int | None = None) -> dict[tuple[int, int], float]:
+    """The form's design as {(i, j): weight}; {} while its text does not parse (the form shows why)."""
+    try:
+        return explorer.parse_shortcuts(design_text(), blocks)
+    except SpecError:
+        return {}
+
+
+def toggled(design: dict[tuple[int, int], float], cell: tuple[int, int]) -> dict[tuple[int, int], float]:
+    """The design with the shortcut `cell` removed if it has it, else added with weight 1."""
+    changed = dict(design)
+    if cell in changed:
+        del changed[cell]
+    else:
+        changed[cell] = 1.0
+    return changed
+
+
+def cell_text(cell: tuple[int, int]) -> str:
+    return f"{cell[0]}:{cell[1]}"
+
+
+def clickable(blocks: int) -> list[tuple[int, int]]:
+    """The cells a click toggles: every i:j with i < j (j - 1:j is the identity skip around block j, the
+    standard residual's; the block itself is always there)."""
+    return [(i, j) for j in range(1, blocks + 1) for i in range(j)]
+
+
+def design_figure(blocks: int, design: dict[tuple[int, int], float], selected: tuple[int, int] | None = None) -> go.Figure:
+    """The design as a matrix: rows target layer j (1..L), columns source i (0..L-1), every cell labelled i:j.
+
+    A shortcut's cell is coloured by its weight (a diverging scale centred at 0); the cells j - 1:j, the skips
+    around one block (the standard residual's), are grey while off and say "around block j"; the cells above
+    (i >= j) are blank. A scatter trace puts one marker on each clickable cell:
+    filled where the design has the shortcut, open where not; the selected one (the weight input's) is ringed.
+    """
+    sources, targets = list(range(blocks)), list(range(1, blocks + 1))
+    weight = np.full((blocks, blocks), np.nan)
+    chain = np.full((blocks, blocks), np.nan)
+    labels = [["" for _ in sources] for _ in targets]
+    for j in targets:
+        for i in range(j):
+            on = design.get((i, j))
+            if i == j - 1 and on is None:
+                chain[j - 1, i] = 0.0
+                labels[j - 1][i] = f"{i}:{j}<br>around block {j}"
+            else:
+                weight[j - 1, i] = 0.0 if on is None else on
+                labels[j - 1][i] = f"{i}:{j}" if on is None or on == 1.0 else f"{i}:{j}<br>×{on:g}"
+    span = max([abs(w) for w in design.values() if math.isfinite(w)] + [1.0])
+    fig = go.Figure()
+    fig.add_trace(go.Heatmap(x=sources, y=targets, z=chain, colorscale=[[0, CHAIN], [1, CHAIN]], showscale=False,
+                             text=labels, texttemplate="%{text}", textfont=dict(size=11, color="#5f6368"),
+                             hovertemplate="x_%{x} → x_%{y}: the identity skip around block %{y} (the standard residual's)<extra></extra>",
+                             xgap=2, ygap=2, name="chain"))
+    fig.add_trace(go.Heatmap(x=sources, y=targets, z=weight, colorscale="RdBu", reversescale=True, zmid=0.0,
+                             zmin=-span, zmax=span, text=labels, texttemplate="%{text}", textfont=dict(size=11),
+                             colorbar=dict(title=dict(text="weight")), xgap=2, ygap=2, hoverinfo="skip",
+                             name="weights"))
+    cells = clickable(blocks)
+    fig.add_trace(go.Scatter(
+        x=[i for i, _ in cells], y=[j + MARKER_DY for _, j in cells], mode="markers", name="shortcuts",
+        customdata=[[i, j, "remove" if (i, j) in design else "add"] for i, j in cells],
+        marker=dict(size=11, symbol=["circle" if c in design else "circle-open" for c in cells],
+                    color=[ON if c in design else OFF for c in cells],
+                    line=dict(width=[3 if c == selected else 1.5 for c in cells],
+                              color=["#f9ab00" if c == selected else (ON if c in design else OFF) for c in cells])),
+        hovertemplate="%{customdata[0]}:%{customdata[1]}: click to %{customdata[2]} this shortcut<extra></extra>"))
+    fig.update_layout(
+        title=dict(text=f"Design: {explorer.shortcuts_text(design) or 'no shortcut'}"),
+        xaxis=dict(title=dict(text="source i (0 = the input)"), tickmode="array", tickvals=sources,
+                   range=[-0.5, blocks - 0.5], fixedrange=True, showgrid=False, zeroline=False),
+        yaxis=dict(title=dict(text="target layer j"), tickmode="array", tickvals=targets,
+                   range=[blocks + 0.5, 0.5], fixedrange=True, showgrid=False, zeroline=False),
+        height=min(160 + 52 * blocks, 640), margin=dict(l=60, r=20, t=50, b=50), showlegend=False,
+        plot_bgcolor="white", clickmode="event+select", dragmode=False)
+    return fig
+
+
+# ---- the widgets' callbacks (they run before the form is drawn, the only time its fields may be set) --------
+def _write(design: dict[tuple[int, int], float]) -> None:
+    st.session_state[TEXT_KEY] = explorer.shortcuts_text(design)
+
+
+def _clicked(key: str, blocks: int) -> None:
+    """A click on the matrix: toggle the clicked cell's shortcut in the form's text and select it."""
+    points = st.session_state.get(key, {}).get("selection", {}).get("points", [])
+    st.session_state[CLICKS] = st.session_state.get(CLICKS, 0) + 1
+    cells = {(int(round(p["x"])), int(round(p["y"]))) for p in points if "x" in p and "y" in p}
+    cells &= set(clickable(blocks))
+    if len(cells) != 1:  # a box or lasso, or a click beside the markers
+        return
+    cell = cells.pop()
+    design = toggled(current_design(), cell)
+    _write(design)
+    st.session_state[SELECTED] = cell_text(cell) if cell in design else None
+
+
+def _weighted() -> None:
+    """The weight input changed: give the selected shortcut its weight."""
+    selected = st.session_state.get(SELECTED)
+    design = current_design()
+    cells = {cell_text(c): c for c in design}
+    if selected in cells:
+        design[cells[selected]] = float(st.session_state[WEIGHT])
+        _write(design)
+
+
+def _learnable() -> None:
+    st.session_state[LEARNABLE_KEY] = bool(st.session_state[LEARNABLE])
+
+
+def _draw_shortcuts() -> None:
+    """Switch the form's topology to `shortcuts` (its design starts at the topology's default)."""
+    st.session_state[NAME_KEY] = TOPOLOGY
+
+
+def _has_param(name: str) -> bool:
+    return any(p.name == name for p in explorer.registry("topologies")[TOPOLOGY].params)
+
+
+def render(raw: dict) -> None:
+    """The editor (in the current container) for the form's values `raw`: a button that switches the form to a
+    shortcuts topology, or the matrix of the design, the selected shortcut's weight and the learnable toggle."""
+    if raw.get("topology", {}).get("name") != TOPOLOGY:
+        st.button("Draw shortcuts", key="design-draw", icon=":material/draw:", on_click=_draw_shortcuts,
+                  help="Switch the residual topology to shortcuts and draw them on a matrix of layers.")
+        return
+    blocks = model_blocks(raw)
+    if blocks is None:
+        st.caption("Fix the architecture's fields in the sidebar to draw shortcuts on its layers.")
+        return
+    design = {cell: w for cell, w in current_design().items() if cell[1] <= blocks}  # the form names any pair past L
+    names = [cell_text(cell) for cell in design]
+    if st.session_state.get(SELECTED) not in names:
+        st.session_state[SELECTED] = names[-1] if names else None
+    selected = st.session_state[SELECTED]
+    cell = next((c for c in design if cell_text(c) == selected), None)
+    key = f"design-matrix-{st.session_state.get(CLICKS, 0)}"
+    st.plotly_chart(design_figure(blocks, design, cell), key=key, on_select=lambda: _clicked(key, blocks),
+                    selection_mode="points", config={"displaylogo": False, "displayModeBar": False}, theme=None)
+    st.caption(f"Click a cell i:j to add or remove the shortcut from layer i's output to layer j's input "
+               f"(0 is the input; {blocks} blocks). A grey cell j-1:j is the identity skip around block j, the "
+               "standard residual's. The design is the sidebar's **shortcuts** field: type there to paste one.")
+    if not names:
+        return
+    left, middle, right = st.columns([1, 1, 1], vertical_alignment="bottom")
+    left.selectbox("shortcut", names, key=SELECTED, help="The shortcut the weight applies to (the last one clicked).")
+    if st.session_state.get(WEIGHT + ":for") != (selected, design[cell]):
+        st.session_state[WEIGHT] = float(design[cell])  # follow the selection, and the text typed in the sidebar
+        st.session_state[WEIGHT + ":for"] = (selected, design[cell])
+    middle.number_input("weight", key=WEIGHT, format="%g", step=0.1, on_change=_weighted,
+                        help="w_ij in x_j = act(y_j + sum_i w_ij x_i); 1 is the plain identity shortcut.")
+    if _has_param("learnable"):
+        st.session_state[LEARNABLE] = bool(st.session_state.get(LEARNABLE_KEY, False))
+        right.toggle("learnable weights", key=LEARNABLE, on_change=_learnable,
+                     help="Train each shortcut's weight with the model, starting from the weight drawn.")
+
+
+# ---- the design challenge ----------------------------------------------------------------------------------
+TRIES = "challenge-tries"  # job id -> the session's scored run of a challenge design (its table row), or None
+
+
+def challenge_design(spec) -> str | None:
+    """The challenge design `spec` is (its shortcuts text, "none" for the plain chain), or None when `spec` is not
+    the challenge's set-up wired with a valid design."""
+    from explorer import challenge
+
+    design = spec.topology.params.get("shortcuts", "") if spec.topology.name == TOPOLOGY else "none"
+    try:
+        wired = challenge.challenge_spec(design)
+    except SpecError:
+        return None
+    return design if wired.to_dict() == spec.to_dict() else None
+
+
+def scored_tries(jobs) -> list[dict]:
+    """This session's ended runs of challenge designs, each scored once (steps to the target loss, None: not
+    reached), best first, each design once. Kept in the session only: another browser has its own table."""
+    from types import SimpleNamespace
+
+    from explorer import challenge
+
+    tries = st.session_state.setdefault(TRIES, {})
+    for job in jobs:
+        if job.id in tries or getattr(job, "kind", None) != "train" or job.active:
+            continue
+        design = challenge_design(job.spec)
+        view = job.view() if design is not None else None
+        if view is None or view.status != "finished" or not view.history or getattr(view, "rewires", None):
+            tries[job.id] = None  # not a challenge run, or one that did not train its design to the end
+            continue
+        tries[job.id] = challenge.entry(design, SimpleNamespace(history=view.history, final=view.history[-1]))
+    return challenge.ranked(row for row in tries.values() if row is not None)
+
+
+def _load_challenge() -> None:
+    """Put the challenge's set-up in the form, with its topology switched to shortcuts to draw on."""
+    from explorer import challenge
+
+    spec_form.load_into_widgets(challenge.CHALLENGE.base)
+    st.session_state[NAME_KEY] = TOPOLOGY
+    st.session_state.pop("train-loaded-preset", None)
+
+
+def challenge_refusal(spec) -> SpecError | None:
+    """Why the form's experiment, the challenge's set-up with other shortcuts, breaks the challenge's rules (e.g.
+    too many shortcuts); None when it keeps them or is another experiment."""
+    from explorer import challenge
+
+    if spec is None or spec.topology.name != TOPOLOGY:
+        return None
+    others = {k: v for k, v in spec.to_dict().items() if k != "topology"}
+    if others != {k: v for k, v in challenge.CHALLENGE.base.to_dict().items() if k != "topology"}:
+        return None
+    try:
+        challenge.challenge_spec(spec.topology.params["shortcuts"])
+    except SpecError as error:
+        return error
+    return None
+
+
+def challenge_panel(jobs, spec) -> None:
+    """The design challenge (in the current container): the task, a button that loads its set-up, whether the
+    form's design keeps the rules, the session's table of designs tried and, on request, the papers' answer."""
+    from explorer import challenge
+
+    task = challenge.CHALLENGE
+    st.markdown(f"**{task.text}** Draw the design on the matrix above, press **Train**, and it is scored here: "
+                f"the first step whose training loss is at most {task.target_loss:g}. The set-up (data, "
+                f"{task.depth} linear layers, gradient descent, {task.base.train.steps} steps) is the challenge's: "
+                "change only the shortcuts.")
+    st.button("Load the challenge", key="challenge-load", icon=":material/flag:", on_click=_load_challenge)
+    refused = challenge_refusal(spec)
+    if refused is not None:
+        st.warning(f"Not a challenge design: {messages.spec_error(refused)}", icon=":material/block:")
+    rows = scored_tries(jobs)
+    if rows:
+        st.dataframe([{"design": r["design"], "shortcuts": r["shortcuts"],
+                       f"steps to {task.target_loss:g}": "not reached" if r["steps"] is None else r["steps"],
+                       "last loss": r["final_loss"]} for r in rows],
+                     hide_index=True, key="challenge-table")
+    else:
+        st.caption("Your scored designs appear here (this session only).")
+    if st.toggle("Show the papers' answer", key="challenge-reveal"):
+        answer = challenge.reference()
+        steps = "not reached" if answer["steps"] is None else f"{answer['steps']} steps"
+        st.info(f"**{answer['design']}** ({steps}). {answer['why']}", icon=":material/school:")
