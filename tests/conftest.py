@@ -47,21 +47,10 @@ def local_ray():
     ray.shutdown()
 
 
-# Files whose tests share a session fixture that is costly to make: run on one pytest-xdist worker, it is made once.
-SHARED_FIXTURE_FILES = {"test_notebooks_site.py": "test_notebooks.py"}  # executed_notebooks
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items):
-    """The tests on the shared local Ray run last, one after the other (the order within each group is kept).
-    Under pytest-xdist (`-n 2 --dist loadgroup`, the project's default) each test file is a group that one worker
-    runs whole, so a module's fixtures are made once; the Ray tests are one group (one local Ray), and so are the
-    files in SHARED_FIXTURE_FILES."""
+    """The tests on the shared local Ray run last, one after the other (the order within each group is kept)."""
     on_ray = [item for item in items if "local_ray" in getattr(item, "fixturenames", ())]
     items[:] = [item for item in items if item not in on_ray] + on_ray
-    for item in items:
-        name = item.path.name
-        item.add_marker(pytest.mark.xdist_group("local-ray" if item in on_ray else SHARED_FIXTURE_FILES.get(name, name)))
 
 
 @pytest.fixture(scope="session")
