@@ -369,11 +369,12 @@ def loss_curves(
             marker=dict(symbol="x", size=14, color=color, line=dict(width=1, color=color)),
             hovertemplate=f"diverged at step %{{customdata}}<br>{what}<extra>{label}</extra>",
         ))
-    for color, step, what in rewired:  # shapes and annotations on a log axis take log10 coordinates
-        x = math.log10(step + shift) if log_x else step
+    for color, step, what in rewired:  # on a log axis a shape takes the data value, an annotation its log10
+        x = step + shift if log_x else step
         fig.add_shape(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1,
                       line=dict(color=color, width=1, dash="dash"))
-        fig.add_annotation(x=x, xref="x", y=1, yref="paper", yanchor="bottom", text=what, showarrow=False,
+        fig.add_annotation(x=math.log10(x) if log_x else x, xref="x", y=1, yref="paper", yanchor="bottom", text=what,
+                           showarrow=False,
                            font=dict(color=color), hovertext=f"rewired at step {step}: {what}")
     x_title = "step + 1 (log scale; step 0 drawn at 1)" if log_x else "step"
     fig.update_xaxes(**(_log_axis() if log_x else dict(type="linear")), title_text=x_title)

@@ -93,7 +93,8 @@ def test_draw_train_rewire_and_compare_with_the_typed_design(tmp_path):
             page.locator(".st-key-train-resume button").wait_for(timeout=60_000)
             settle(page)
             click_cell(page, 0, 6)
-            page.get_by_text("Rewired at step", exact=False).first.wait_for(timeout=60_000)
+            # the worker answers, the feed's stamp changes and the page reruns: minutes on a loaded 2-core machine
+            page.get_by_text("Rewired at step", exact=False).first.wait_for(timeout=240_000)
             settle(page)
             shown = page.get_by_text("Rewired at step", exact=False).first.inner_text()
             held = int(shown.split("Rewired at step")[1].split(":")[0])

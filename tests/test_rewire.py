@@ -1,6 +1,7 @@
 """Weighted shortcuts, ANCRe's initial logits and rewiring a model while it trains (library and app worker)."""
 
 import copy
+import math
 
 import pytest
 import torch
@@ -234,6 +235,10 @@ def test_the_store_records_the_rewires_and_the_plot_marks_them():
     texts = [a.text for a in figure.layout.annotations]
     assert "+0:3*0.5,learnable" in texts and "-0:2,0:3*0.25,fixed" in texts
     assert sorted(shape.x0 for shape in figure.layout.shapes if shape.line.dash == "dash") == [n, 8]
+    logged = plots.loss_curves([{**record, "label": "rewired"}], log_x=True)  # step + 1 on a log axis:
+    assert sorted(shape.x0 for shape in logged.layout.shapes if shape.line.dash == "dash") == [n + 1, 9]  # data
+    assert sorted(a.x for a in logged.layout.annotations if a.text in texts) == pytest.approx(  # log10 units
+        sorted([math.log10(n + 1), math.log10(9)]))
 
 
 # ---- the app's worker ----------------------------------------------------------------------------------

@@ -302,7 +302,7 @@ def norms_figures(r, head):
     axis; each point's hover gives the norm and the ratio with their numbers."""
     curves = {"output ||y_l|| / ||y_1||": r["relative_output_norm"], "input ||in_l|| / ||x_0||": r["relative_input_norm"]}
     equations = {label: _norm_equations(r, side) for label, side in zip(curves, ("output", "input"))}
-    return [plots.norms_by_layer(curves, f"{head}norms by block, relative to block 1's (its input is the embedded input)"
+    return [plots.norms_by_layer(curves, f"{head}norms by block<br><sub>relative to block 1's; its input is the embedded input x_0</sub>"
                                  + undefined_note(r),
                                  log_y=True, labels=[str(n) for n in r["labels"]] if "labels" in r else None,
                                  equations=equations)]
