@@ -491,7 +491,8 @@ def _softmax_equation(result: Mapping[str, Any], i: int, j: int) -> str:
     residual = bool(np.asarray(result.get("layer_residual", False))) and i == j - 1
     term = f"exp(c({i},{j})/T)"
     if how == "none":
-        p = math.exp(logits[j, i] / t)
+        with np.errstate(over="ignore", invalid="ignore"):  # a diverged run's logits: inf, shown as such
+            p = float(np.exp(logits[j, i] / t))
         equation = f"{term} = exp({_g(logits[j, i])}/{_g(t)}) = {_g(p)}"
     else:
         others = [(k, j) for k in range(j)] if how == "ingoing" else [(i, k) for k in range(i + 1, len(logits))]
@@ -500,8 +501,10 @@ def _softmax_equation(result: Mapping[str, Any], i: int, j: int) -> str:
         shown = [f"exp({_g(logits[b, a])}/{_g(t)})" for a, b in others[:MAX_TERMS_SHOWN]]
         if len(others) > MAX_TERMS_SHOWN:
             shown.append(f"… ({len(others) - MAX_TERMS_SHOWN} more)")
-        exps = np.exp(np.array([logits[b, a] for a, b in others]) / t)
-        p = math.exp(logits[j, i] / t) / float(exps.sum())
+        scaled = np.array([logits[b, a] for a, b in others]) / t
+        with np.errstate(over="ignore", invalid="ignore"):  # shifted by the largest: no overflow where it is finite
+            top = scaled.max() if np.isfinite(scaled).all() else 0.0
+            p = float(np.exp(logits[j, i] / t - top) / np.exp(scaled - top).sum())
         equation = (f"softmax: {term} / Σ_{over} exp({pair}/T)<br>= exp({_g(logits[j, i])}/{_g(t)}) / "
                     f"({' + '.join(shown)}) = {_g(p)}")
     return f"a({i},{j}) = 1 + p({i},{j}), p({i},{j}) = {equation}" if residual else f"a({i},{j}) = {equation}"

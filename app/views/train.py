@@ -131,12 +131,13 @@ def rewire_if_edited(job, spec) -> None:
     seen = (getattr(job, "id", None), edited)
     before = st.session_state.get("design-seen")
     st.session_state["design-seen"] = seen
-    if job is None or spec is None or job.status != "paused" or before is None or before[0] != job.id:
+    if job is None or spec is None or before is None or before[0] != job.id:
         return
-    if before[1] == edited or any(getattr(spec, s) != getattr(job.spec, s) for s in ("data", "model", "init", "optim",
-                                                                                       "train")):
+    view = job.view(since=10**12)  # the status and the rewires only, no history rows
+    if view.status != "paused" or before[1] == edited or any(
+            getattr(spec, s) != getattr(job.spec, s) for s in ("data", "model", "init", "optim", "train")):
         return
-    rewires = job.rewires
+    rewires = view.rewires
     running = rewires[-1]["topology"] if rewires else job.spec.topology.to_dict()
     if json.dumps(running, sort_keys=True) != edited:
         state.job_queue().rewire(job.id, spec.topology.to_dict())
