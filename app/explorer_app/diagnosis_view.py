@@ -36,9 +36,12 @@ def explanation(diagnosis: explorer.Diagnosis | str, run) -> str:
     return messages.escape(diagnosis.explain(run)) if isinstance(diagnosis, explorer.Diagnosis) else diagnosis
 
 
-def show_table(table: list | None, expanded: bool = False) -> None:
-    """The measured quantities against their predictions, folded (open when the run failed)."""
-    if not table:
+def show_table(table: list | explorer.Diagnosis | str | None, expanded: bool = False) -> None:
+    """The measured quantities against their predictions (a diagnosis, or its table's rows), folded (open when
+    the run failed); nothing for a line saying why there is no diagnosis."""
+    if isinstance(table, explorer.Diagnosis):
+        table = table.table()
+    if not table or isinstance(table, str):
         return
     with st.expander("Diagnosis: the papers' quantities on this model", icon=":material/troubleshoot:",
                      expanded=expanded):

@@ -313,7 +313,7 @@ def show_status(view, feed: live_feed.Link | None) -> None:
         st.warning(f"**Diverged at step {view.diverged_at}**: the loss became non-finite or grew past "
                    f"train.diverge_factor times its first value. That is a result, not an error: the charts show "
                    f"the run up to there. {diagnosis_view.explanation(diagnosis, view)}", icon=":material/trending_up:")
-        diagnosis_view.show_table(getattr(diagnosis, "table", lambda: None)())
+        diagnosis_view.show_table(diagnosis)
     elif view.status == "error":
         st.error(f"The run failed: {messages.escape(view.error)}", icon=":material/error:")
     elif view.status == "finished":
@@ -324,7 +324,7 @@ def show_status(view, feed: live_feed.Link | None) -> None:
             diagnosis = run_diagnosis(view)
             st.warning(f"**Stalled**: the loss ended within {1 - explorer.diagnosis.STALL_FRACTION:.0%} of its first "
                        f"value. {diagnosis_view.explanation(diagnosis, view)}", icon=":material/trending_flat:")
-            diagnosis_view.show_table(getattr(diagnosis, "table", lambda: None)())
+            diagnosis_view.show_table(diagnosis)
 
 
 def show_rewires(view) -> None:
