@@ -29,6 +29,7 @@ REFRESH_S = 0.2  # without a feed: the live view's refresh period while a job is
 # The heatmap's and the live probe's refresh period (results come every `probe every` steps, up to ten a
 # second): redrawing them at the loss chart's rate cost the browser more than the loss chart itself.
 PROBE_REFRESH_S = 1.0
+REWIRE_WAIT_S = 5.0  # the longest a rerun that rewired a paused run waits for the worker's answer
 LIVE_PROBE = "coefficients"  # always probed: the heatmap
 # The probe shown beside it until the user picks another: norms per block apply to every model and cost
 # about one forward pass. The Jacobian spectrum (a backward pass per output) cut a ViT's training 7x.
@@ -141,6 +142,13 @@ def rewire_if_edited(job, spec) -> None:
     running = rewires[-1]["topology"] if rewires else job.spec.topology.to_dict()
     if json.dumps(running, sort_keys=True) != edited:
         state.job_queue().rewire(job.id, spec.topology.to_dict())
+        # a paused worker answers within a poll of its controls: wait for it, so this very run shows the result
+        deadline = time.monotonic() + REWIRE_WAIT_S
+        while time.monotonic() < deadline:
+            answered = job.view(since=10**12)
+            if len(answered.rewires) > len(rewires) or answered.rewire_error:
+                break
+            time.sleep(0.05)
 
 
 rewire_if_edited(st.session_state.get("train-job"), spec)
