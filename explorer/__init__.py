@@ -19,7 +19,8 @@ from explorer.sweeps import sweep
 from explorer.registries import SpecError
 from explorer.registries import registry
 from explorer.spec import ExperimentSpec
-from explorer.topology.shortcuts import parse_shortcuts, shortcuts_text
+from explorer.topology.shortcuts import (SHORTCUT_NOTATION, describe_shortcut, parse_shortcuts, shortcuts_text,
+                                         state_label)
 from explorer.training import Event, Run, StopTraining, build, evaluate, train
 from explorer.diagnosis import Diagnosis, diagnose
 from explorer.batched import train_batched
@@ -31,10 +32,12 @@ __all__ = [
     "ExperimentSpec",
     "Run",
     "RunStore",
+    "SHORTCUT_NOTATION",
     "SpecError",
     "StopTraining",
     "StoreRecorder",
     "build",
+    "describe_shortcut",
     "diagnose",
     "evaluate",
     "parse_shortcuts",
@@ -44,6 +47,7 @@ __all__ = [
     "resume",
     "roles",
     "shortcuts_text",
+    "state_label",
     "sweep",
     "train",
     "train_batched",

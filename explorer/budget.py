@@ -18,6 +18,7 @@ for Transformers).
 from __future__ import annotations
 
 import math
+import sys
 from typing import NamedTuple
 
 from explorer.registries import SpecError
@@ -204,31 +205,89 @@ def _mb(n: int) -> str:
     return f"{n / MB:,.0f} MB" if n < 10_000 * MB else f"{n / 1e9:,.0f} GB"
 
 
+# ---- the limit of a process that trains and probes ------------------------------------------------------
+# The estimates refuse what would not fit before it starts; a process that runs jobs (an app worker, a fuzz
+# process) is also held to a hard limit, so an estimate that falls short ends one job with an error instead of
+# exhausting the machine. The limit is RLIMIT_DATA (Linux 4.7 and later count private writable mappings, where
+# torch's tensors live; RLIMIT_AS would count the large virtual ranges torch reserves and never uses): the two
+# caps plus PROCESS_ALLOWANCE_MB for the interpreter, torch and explorer (a worker's data segment after its imports
+# and warm-up), threads' stacks, the dataset cache and the allocator's slack; EXPLORER_MEMORY_LIMIT_MB sets it
+# outright. An allocation past it fails at once: torch raises RuntimeError ("DefaultCPUAllocator: can't allocate
+# memory"), Python MemoryError.
+PROCESS_ALLOWANCE_MB = 1024
+
+
+def _set_limit_mb() -> int | None:
+    """EXPLORER_MEMORY_LIMIT_MB, None when unset."""
+    return whole_number("EXPLORER_MEMORY_LIMIT_MB", 0, "megabytes a process that runs jobs may take", low=0) or None
+
+
+def process_limit_mb(limits: Caps | None = None) -> int:
+    """The memory limit of a process that runs jobs, in MB: EXPLORER_MEMORY_LIMIT_MB, or EXPLORER_MAX_MODEL_MB +
+    EXPLORER_MAX_DATA_MB + PROCESS_ALLOWANCE_MB."""
+    limits = limits or caps()
+    return _set_limit_mb() or limits.max_model_mb + limits.max_data_mb + PROCESS_ALLOWANCE_MB
+
+
+def limit_memory(mb: int) -> bool:
+    """Hold this process to `mb` MB (its soft RLIMIT_DATA; the hard limit is left as it is, so a later call may
+    raise it again); `process_limit_mb()` for a process that runs jobs. False where it cannot be set (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    soft = mb * MB if hard == resource.RLIM_INFINITY else min(mb * MB, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+    return True
+
+
+def over_limit(what: str, fix: str, limits: Caps | None = None) -> str:
+    """One line for a job that ran into the process limit: `what` ("the probe jacobian") needed more than it,
+    and `fix`."""
+    limits = limits or caps()
+    set_mb = _set_limit_mb()
+    how = f"EXPLORER_MEMORY_LIMIT_MB={set_mb}" if set_mb else (
+        f"EXPLORER_MAX_MODEL_MB={limits.max_model_mb} + EXPLORER_MAX_DATA_MB={limits.max_data_mb} + "
+        f"{PROCESS_ALLOWANCE_MB} MB for Python and torch")
+    return (f"{what} needed more than the {process_limit_mb(limits):,} MB memory limit of the process running it "
+            f"({how}); {fix}")
+
+
 # ---- probing a trained model ---------------------------------------------------------------------------
-# A Jacobian formed whole is held as float32 (with the one-hot cotangents that make it and jacrev's batched
-# intermediates), as float64 and as the SVD's working copy: a fresh process measured 37 to 55 bytes per entry
-# (tests/test_app_probe_jobs.py), so 56 are counted.
+# A Jacobian formed whole is held as float32 (with the one-hot cotangents that make it), as float64 and as the
+# SVD's working copy: a fresh process measured 37 to 55 bytes per entry (tests/test_app_probe_jobs.py), so 56 are
+# counted; for a dense or convolutional model that covers jacrev's batched backward too (measured), not for the
+# attention maps of a Transformer (below).
 JACOBIAN_BYTES_PER_ENTRY = 56
 EXACT_JACOBIAN_ENTRIES = 20_000_000  # param-jacobian forms J whole up to this many entries (method "auto")
+EXACT_JACOBIAN_ROWS = 4096  # and up to this many rows (a backward pass each); larger ones go to Lanczos
+# jacrev forms a Jacobian's rows in chunks (explorer.probes.core.jacobian_chunk): in a Transformer the batched
+# backward of each row keeps the heads x tokens^2 attention maps of every block for each probed input, and a chunk
+# holds as many rows as JACOBIAN_MEMORY of the cap allows (at least one)
+JACOBIAN_MEMORY = 0.25  # share of EXPLORER_MAX_MODEL_MB that the rows of a Jacobian formed at once may take
 
 
 def probe_bytes(spec, probes: dict, inputs: int) -> dict[str, int]:
     """{probe: bytes it takes on `inputs` validation inputs of the spec's trained model}, beyond the model's
     weights and the data, estimated from the spec and each probe's options ({name: {option: value}}) before
     anything is built. The Jacobian probes dominate: inputs x stream x stream entries (jacobian), stacked
-    outputs x one block's parameters or Lanczos' vectors (param-jacobian); a probe not counted here costs
-    two forward passes."""
+    outputs x one block's parameters or Lanczos' vectors (param-jacobian), and in a Transformer the attention
+    maps that jacrev's batched backward keeps for each row formed at once; a probe not counted here costs two
+    forward passes."""
     from explorer.nn.models import parameter_count
 
-    cost = _probe_cost(spec, parameter_count(spec))
-    return {name: cost(name, options or {}, inputs) for name, options in probes.items()}
+    cost = _probe_cost(spec, parameter_count(spec), caps())
+    return {name: int(cost(name, options or {}, inputs)) for name, options in probes.items()}
 
 
-def _probe_cost(spec, params: int):
-    """cost(name, options, inputs): `probe_bytes` of one probe, for a spec whose model has `params` parameters."""
+def _probe_cost(spec, params: int, limits: Caps):
+    """cost(name, options, inputs): `probe_bytes` of one probe, for a spec whose model has `params` parameters,
+    under `limits` (the model cap sets how many Jacobian rows jacrev forms at once)."""
     from explorer.data import dims
     from explorer.nn.models import MODELS
 
+    chunk_budget = int(JACOBIAN_MEMORY * limits.max_model_mb * MB)
     found = dims(spec.data)
     model = spec.model.params
     width, depth = int(model.get("width", found.input_dim)), max(int(model.get("depth", 1)), 1)
@@ -237,38 +296,45 @@ def _probe_cost(spec, params: int):
     transformer = MODELS[spec.model.name].info.transformer
     kind = "transformer" if transformer else "conv" if positions > 1 else "dense"
 
-    def forward(n: int) -> int:  # the values one forward pass on n inputs keeps (activation_bytes' count)
-        values = n * positions * width * depth * _per_layer(kind, model)
-        if transformer:
-            values += 2 * n * int(model.get("heads", 1)) * positions ** 2 * depth
-        return 4 * values
+    def maps(n: int) -> int:  # the attention scores and weights of every block on n inputs (none without attention)
+        return 4 * 2 * n * int(model.get("heads", 1)) * positions ** 2 * depth if transformer else 0
 
-    def jacobian_bytes(rows: int, columns: int, method: str, iterations: int) -> int:
-        exact = JACOBIAN_BYTES_PER_ENTRY * rows * columns
-        lanczos = 8 * (iterations + 1) * min(rows, columns)
-        if method == "exact":
-            return exact
-        if method == "lanczos":
+    def forward(n: int) -> int:  # the bytes one forward pass on n inputs keeps (activation_bytes' count)
+        return 4 * n * positions * width * depth * _per_layer(kind, model) + maps(n)
+
+    def rows_at_once(rows: int, per_row: int) -> int:
+        """Bytes jacrev's batched backward keeps for the attention maps of a chunk of `rows` rows, each keeping
+        `per_row` (maps(inputs))."""
+        return min(rows, max(1, chunk_budget // max(per_row, 1))) * per_row
+
+    def jacobian_bytes(rows: int, columns: int, method: str, iterations: int, n: int) -> float:
+        """J (rows x columns, through n inputs) formed exactly (its entries and the attention maps of the rows
+        formed at once), or estimated by Lanczos (its vectors, and a jvp and a vjp at a time); "auto" chooses as
+        param-jacobian does."""
+        lanczos = 8 * (iterations + 1) * min(rows, columns) + 2 * forward(n)
+        if method == "lanczos" or (method == "auto" and rows > EXACT_JACOBIAN_ROWS):
             return lanczos
-        return max(lanczos, JACOBIAN_BYTES_PER_ENTRY * min(rows * columns, EXACT_JACOBIAN_ENTRIES))
+        entries = rows * columns if method == "exact" else min(rows * columns, EXACT_JACOBIAN_ENTRIES)
+        exact = JACOBIAN_BYTES_PER_ENTRY * entries + rows_at_once(rows, maps(n))
+        return exact if method == "exact" else max(exact, lanczos)  # auto: `columns` is generous, so either
 
     def cost(name: str, options: dict, inputs: int) -> int:
         n = min(inputs, int(options.get("max_inputs", inputs)))
-        if name == "jacobian":
+        if name == "jacobian":  # each input's stream x stream Jacobian, vmapped over the inputs
             refused = stream > int(options.get("max_dim", 2048))  # the probe refuses it before computing
-            return forward(n) + (0 if refused else JACOBIAN_BYTES_PER_ENTRY * n * stream * stream)
-        if name == "param-jacobian":
+            return forward(n) + (0 if refused else JACOBIAN_BYTES_PER_ENTRY * n * stream * stream
+                                 + rows_at_once(stream, maps(n)))
+        if name == "param-jacobian":  # J_l: every output of n inputs by one block's parameters; K_l: one block
             method, iterations = str(options.get("method", "auto")), int(options.get("iterations", 80))
             block = -(-params // depth)  # one block's parameters, generously
-            return 4 * params + forward(n) + max(jacobian_bytes(n * stream, block, method, iterations),
-                                                   jacobian_bytes(stream, stream, method, iterations))
+            return 4 * params + forward(n) + max(jacobian_bytes(n * stream, block, method, iterations, n),
+                                                   jacobian_bytes(stream, stream, method, iterations, 1))
         if name == "weights":
             return 12 * params  # each matrix's SVD: a copy, its residual W - I and LAPACK's workspace
         if name == "dead":
             return forward(n) + 4 * params  # a backward pass: the gradients of every weight
         if name == "attention":
-            maps = int(model.get("heads", 1)) * positions ** 2 * depth
-            return forward(1) + 3 * 8 * maps
+            return forward(1) + 3 * maps(1)  # every block's maps of one input, in float64, three times
         if name == "pca":
             tokens = n * positions * width
             return forward(n) + 4 * (depth + 1) * tokens + 7 * 8 * tokens  # every block's tokens; PCA, the probe
@@ -285,7 +351,7 @@ def check_probes(spec, probes: dict, inputs: int, limits: Caps | None = None) ->
 
     limits = limits or caps()
     cap, params = limits.max_model_mb * MB, parameter_count(spec)
-    weights, cost = 8 * params, _probe_cost(spec, params)
+    weights, cost = 8 * params, _probe_cost(spec, params, limits)
     costs = {name: cost(name, options or {}, inputs) for name, options in probes.items()}
     name = max(costs, key=costs.get, default=None)
     if name is None or weights + costs[name] <= cap:

@@ -87,6 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     runs_export.add_argument("path", type=Path, help="the file to write, ending in .json or .csv")
     runs_delete = runs_sub.add_parser("delete", help="remove a run and its checkpoint")
     runs_delete.add_argument("id", help="a run id or a unique prefix of one")
+    runs_delete.add_argument("--force", action="store_true",
+                             help="delete it even while a process trains it (that run's recording then fails)")
     runs_sub.add_parser("check", help="what the store holds and what is wrong with it (a damaged or missing "
                                       "database, checkpoints that do not load); exit 1 when something is")
     runs_resume = runs_sub.add_parser("resume", help="continue a stopped or interrupted run from its last checkpoint")
@@ -450,7 +452,7 @@ def _runs(args) -> int:
         run = resume(args.id, store)
         _report(run, args.json, store.resolve(args.id))
         return 0
-    print(f"deleted {store.delete(args.id)}")
+    print(f"deleted {store.delete(args.id, force=args.force)}")
     return 0
 
 

@@ -12,7 +12,6 @@ import torch
 from explorer.data import DATASETS, dims
 from explorer.init import check_init
 from explorer.nn.base import MODELS, check_model, n_blocks
-from explorer.optim import is_full_batch
 from explorer.registries import SpecError, add_check
 from explorer.topology import TOPOLOGIES, check_topology
 
@@ -37,8 +36,6 @@ def check_combination(spec) -> None:
     check_topology(spec.topology, blocks)
     if spec.train.device == "cuda" and not torch.cuda.is_available():
         raise SpecError("train.device", "CUDA is not available on this machine; use device 'auto' or 'cpu'")
-    if spec.model.params.get("norm") == "batchnorm" and spec.train.batch_size < 2 and not is_full_batch(spec.optim):
-        raise SpecError("train.batch_size", "batch normalisation needs at least 2 examples per batch; set train.batch_size=2 or more")
     if spec.train.log_every > spec.train.steps:
         raise SpecError("train.log_every", f"log_every ({spec.train.log_every}) is larger than steps ({spec.train.steps}); "
                                            f"set it to {spec.train.steps} or less")

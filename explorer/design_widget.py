@@ -1,7 +1,8 @@
 """A notebook widget to draw a shortcut design for the design challenge (explorer.challenge) and train it.
 
-One toggle button per shortcut i:j of the challenge's K-block linear net (rows: the block j whose output the
-shortcut feeds, columns: the source state x_i), the chain x_0 -> W_1 -> ... -> W_K shown above it (the net itself,
+One toggle button per shortcut i:j of the challenge's K-block linear net (rows: the state x_j, block j's output,
+that the shortcut adds to; columns: the source state x_i; each toggle's tooltip is `describe_shortcut`'s sentence),
+the chain x_0 -> W_1 -> ... -> W_K shown above it (the net itself,
 not a shortcut), a weight for the drawn shortcuts, and a Train button that trains the design with a progress bar,
 draws its loss curve beside the best other design so far and keeps the session's table of designs tried:
 
@@ -13,12 +14,13 @@ draws its loss curve beside the best other design so far and keeps the session's
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from explorer import plots
 from explorer.challenge import CHALLENGE, PATH, entry, ranked, train_design
 from explorer.registries import SpecError
-from explorer.topology import parse_shortcuts, shortcuts_text
+from explorer.topology import SHORTCUT_NOTATION, describe_shortcut, parse_shortcuts, shortcuts_text, state_label
 
 
 class DesignWidget:
@@ -30,21 +32,22 @@ class DesignWidget:
         k = CHALLENGE.depth
         self.toggles: dict[tuple[int, int], Any] = {}
         cell = widgets.Layout(width="58px")
-        rows = [widgets.HBox([widgets.Label("into block j  \\  from x_i", layout=widgets.Layout(width="150px"))]
-                             + [widgets.Label(f"x{i}", layout=cell) for i in range(k)])]
+        head = widgets.Layout(width="190px")
+        rows = [widgets.HBox([widgets.Label("into x_j  \\  from x_i", layout=head)]
+                             + [widgets.Label(f"x_{i}", layout=cell) for i in range(k)])]
         for j in range(1, k + 1):
             buttons = []
             for i in range(k):
                 if i < j:
                     button = widgets.ToggleButton(description=f"{i}:{j}", layout=cell,
-                                                  tooltip=f"shortcut {i}:{j}: adds x{i} to block {j}'s output")
+                                                  tooltip=describe_shortcut(i, j, k))
                     button.observe(self._on_change, names="value")
                     self.toggles[(i, j)] = button
                     buttons.append(button)
                 else:
                     buttons.append(widgets.Label("", layout=cell))
-            rows.append(widgets.HBox([widgets.Label(f"block {j}", layout=widgets.Layout(width="150px"))] + buttons))
-        chain = " → ".join(["x0"] + [f"W{j} → x{j}" for j in range(1, k + 1)])
+            rows.append(widgets.HBox([widgets.Label(state_label(j), layout=head)] + buttons))
+        chain = " → ".join(["x_0"] + [f"W_{j} → x_{j}" for j in range(1, k + 1)])
         self.weight = widgets.BoundedFloatText(value=1.0, min=-10.0, max=10.0, step=0.1, description="weight",
                                                tooltip="the weight w of every drawn shortcut (x_j gets + w x_i)")
         self.weight.observe(self._on_change, names="value")
@@ -56,7 +59,8 @@ class DesignWidget:
         self.entries: list[dict[str, Any]] = []
         self._curves: dict[str, dict[str, Any]] = {}
         self.box = widgets.VBox([
-            widgets.HTML(f"<b>{CHALLENGE.text}</b><br>the chain (always there): {chain}"),
+            widgets.HTML(f"<b>{CHALLENGE.text}</b><br>the chain (always there): {chain}<br>a shortcut "
+                         f"{html.escape(SHORTCUT_NOTATION)}"),
             *rows, widgets.HBox([self.weight, self.button]), self.label, self.out])
         self._on_change()
 
@@ -80,6 +84,7 @@ class DesignWidget:
     def _on_change(self, _: Any = None) -> None:
         count = sum(button.value for button in self.toggles.values())
         over = count > CHALLENGE.max_shortcuts
+        self.button.disabled = over  # a design the rules refuse is not trained (`train` refuses it too)
         self.label.value = (f"design: <code>{self.design}</code> ({count} of at most {CHALLENGE.max_shortcuts} "
                             "shortcuts)" + (" <b>: too many, untoggle one</b>" if over else ""))
 

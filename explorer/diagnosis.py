@@ -2,14 +2,20 @@
 
     diagnosis = explorer.diagnose(spec, run=run)
     diagnosis.quantities      # name, measured, predicted or threshold, paper and section, verdict
-    diagnosis.explain(run)    # one or two sentences when the run diverged or stalled
+    diagnosis.summary_lines(run)  # three short lines: what grew, the bound it broke, what to try
+    diagnosis.explain(run)    # the full paragraph when the run diverged or stalled
+    diagnosis.table()         # the quantities as rows, their verdicts in words
 
 Every quantity is measured on the model built from the spec with its seed (at initialisation, no training);
 with a run (or a model) the ones that make sense on trained weights are measured on its final weights too.
 A quantity's verdict says how it stands against its paper: "explains" (its rule accounts for the run's
 divergence or stall), "consistent" (measured as the theory predicts, or inside its bound), "differs" (outside
-the predicted range) or "n/a" (the paper predicts no number for this model). A run the rules do not account
-for is said to be unexplained, never given a cause.
+the predicted range) or "n/a" (the paper predicts no number for this model); `Quantity.why` says what differs
+from what, or why nothing applies, and `Diagnosis.table` shows the verdict in those words. A run the rules do
+not account for is said to be unexplained, never given a cause.
+
+`summary_lines` are short enough for a projector (at most SUMMARY_WIDTH characters each) and quote the same
+formatted numbers as `explain`'s paragraph, which stays the detail.
 
 The rules, each from a paper's statement (texts in shared/papers/):
 
@@ -82,13 +88,15 @@ TAU_PAPER_LR = 0.001  # its Figure 1's learning rate (Sec. 5.1)
 DCA_PAPER = "DCA (DeepCrossAttention)"
 DCA_TOPOLOGIES = ("none", "cascaded", "grn-v1", "grn-v2", "grn-v3")  # the architectures of its Theorem 4.1
 DCA_FLOOR = 1.05  # stalled at the class's optimum: the final excess risk within 5% of ER*
+SUMMARY_WIDTH = 90  # the most characters a summary line is written to hold (a projector's line)
 LINEAR_TOLERANCE = 1e-8  # relative error of A_hat x against the model's output for the model to count as linear
 
 
 @dataclass(frozen=True)
 class Quantity:
     """One measured quantity set against a paper: `measured` and `predicted` are short texts with the numbers,
-    `value` the measured number itself (NaN where undefined), `paper` names the paper and its section."""
+    `value` the measured number itself (NaN where undefined), `paper` names the paper and its section, `why`
+    what differs from what (verdict "differs"), why the paper gives no verdict ("n/a"), or how it agrees."""
 
     name: str
     measured: str
@@ -96,6 +104,18 @@ class Quantity:
     paper: str
     verdict: str  # "explains", "consistent", "differs" or "n/a"
     value: float = math.nan
+    why: str = ""
+
+    @property
+    def verdict_text(self) -> str:
+        """The verdict in words, for a reader who does not know the codes."""
+        if self.verdict == "n/a":
+            return f"not applicable: {self.why or 'the paper predicts no number for this model'}"
+        if self.verdict == "differs":
+            return f"differs: {self.why or 'outside the prediction of the paper'}"
+        if self.verdict == "consistent":
+            return f"agrees: {self.why or 'as the paper predicts'}"
+        return "explains the failure" if self.verdict == "explains" else self.verdict
 
 
 @dataclass(frozen=True)
@@ -137,12 +157,16 @@ def outcome(run: Any) -> Outcome:
 
 @dataclass(frozen=True)
 class _Rule:
-    """A rule that fires on this model: the sentence that explains a failure, what to try, and which failures."""
+    """A rule that fires on this model: the sentence that explains a failure, what to try, and which failures;
+    `short` is the sentence in two short lines (what grew, the bound it broke) and `try_short` the remedy in a
+    few words, with the sentence's numbers."""
 
     quantity: str
     sentence: str
     remedy: str
     on: tuple[str, ...]  # "diverged", "stalled"
+    short: tuple[str, str] = ("", "")
+    try_short: str = ""
 
 
 @dataclass(frozen=True)
@@ -153,6 +177,7 @@ class Diagnosis:
     quantities: tuple[Quantity, ...]
     rules: tuple[_Rule, ...] = ()
     notes: tuple[str, ...] = ()  # settings that differ from a paper's, said when a run failed
+    tries: tuple[str, ...] = ()  # the notes' advice in a few words, for the summary's last line
     run: Outcome | None = field(default=None, compare=False)
 
     def quantity(self, name: str) -> Quantity | None:
@@ -189,14 +214,35 @@ class Diagnosis:
                 f" Generic suspects, not a diagnosis: {suspects}, the batch size, the init's scale." +
                 (f" {notes}" if notes else ""))
 
+    def summary_lines(self, run: Any = None) -> list[str]:
+        """Three short lines on why `run` (as `explain` takes it) diverged or stalled: what grew, the bound it
+        broke (the paper and section), what to try. The numbers are `explain`'s, formatted the same; each line
+        holds about SUMMARY_WIDTH characters. One line when there is nothing to explain; for a failure no rule
+        explains: what happened, that no rule of the papers explains it, and the generic suspects."""
+        result = outcome(run) if run is not None else self.run
+        if result is None or not result.failed:
+            return [self.explain(run)]
+        rules = self.explanations(run)
+        if rules:
+            rule = rules[0]
+            tries = [rule.try_short, *self.tries]
+            return [*rule.short, "Try " + ", or ".join(t for t in tries if t) + "."]
+        what = f"The run diverged at step {result.diverged_at}." if result.diverged else \
+            f"The run stalled: its loss went from {result.first_loss:.4g} to {result.last_loss:.4g}."
+        lr = self.spec.optim.params.get("lr")
+        suspects = f"lr = {lr:g} (try 10x smaller)" if lr is not None else "the learning rate"
+        return [what, "No rule of the papers explains it; their quantities are in the detail.",
+                f"Generic suspects, not a diagnosis: {suspects}, batch size, init scale."]
+
     def _summary(self) -> str:
         shown = [f"{q.name} {q.measured} ({q.verdict})" for q in self.quantities if q.verdict != "n/a"]
         return ("; ".join(shown) + ".") if shown else "none of their quantities applies to this model."
 
     def table(self) -> list[dict[str, str]]:
-        """The quantities as rows (quantity, measured, predicted or threshold, paper, verdict) for a table."""
-        return [{"quantity": q.name, "measured": q.measured, "predicted / threshold": q.predicted,
-                 "paper": q.paper, "verdict": q.verdict} for q in self.quantities]
+        """The quantities as rows for a table, the verdict first and in words (`Quantity.verdict_text`), then the
+        quantity, measured, predicted or threshold, and paper."""
+        return [{"verdict": q.verdict_text, "quantity": q.name, "measured": q.measured,
+                 "predicted / threshold": q.predicted, "paper": q.paper} for q in self.quantities]
 
 
 def diagnose(spec: ExperimentSpec, run: Any = None, model: nn.Module | None = None, *,
@@ -218,14 +264,16 @@ def diagnose(spec: ExperimentSpec, run: Any = None, model: nn.Module | None = No
     quantities: list[Quantity] = []
     rules: list[_Rule] = []
     notes: list[str] = []
+    tries: list[str] = []
     growth = _stream_growth(initial, x)
     if growth is not None:
-        _tau_paper(spec, initial, growth, quantities, rules, notes)
+        _tau_paper(spec, initial, growth, quantities, rules, notes, tries)
         if model is not None:
             final = _stream_growth(model, x.to(_device(model)))
             value = math.nan if final is None else final
             quantities.append(Quantity("stream growth, final weights", _times(value),
-                                       "no closed form after training", TAU_PAPER + ", Sec. 3", "n/a", value))
+                                       "no closed form after training", TAU_PAPER + ", Sec. 3", "n/a", value,
+                                       "the paper bounds the stream at initialisation, not after training"))
         if jacobian:
             _chi(initial, x[:JACOBIAN_INPUTS], quantities)
         _gradients(initial, data, spec, quantities, tau_model=spec.model.name == "mlp-resnet")
@@ -234,7 +282,7 @@ def diagnose(spec: ExperimentSpec, run: Any = None, model: nn.Module | None = No
     if model is not None:
         _ancre(spec, model, quantities, "after training")
     _dca(spec, initial, data, model, quantities, rules)
-    return Diagnosis(spec, tuple(quantities), tuple(rules), tuple(notes),
+    return Diagnosis(spec, tuple(quantities), tuple(rules), tuple(notes), tuple(tries),
                      outcome(run) if run is not None else None)
 
 
@@ -283,7 +331,7 @@ def _times(value: float) -> str:
     return "not finite" if not math.isfinite(value) else f"{value:.3g}x"
 
 
-def _tau_paper(spec, model, growth: float, quantities, rules, notes) -> None:
+def _tau_paper(spec, model, growth: float, quantities, rules, notes, tries) -> None:
     """The stream's growth against the tau paper's Theorems 1 and 4 (its own model only)."""
     name = "stream growth ||h_n|| / ||h_0|| at init"
     topology = stacks(model)[0].topology
@@ -292,7 +340,9 @@ def _tau_paper(spec, model, growth: float, quantities, rules, notes) -> None:
                and section.params.get("placement", "branch") == "branch")
     if not applies:
         quantities.append(Quantity(name, _times(growth), "the tau paper's bounds hold for its MLP-ResNet with tau "
-                                   "or cascaded residuals only", TAU_PAPER + ", Theorems 1, 4", "n/a", growth))
+                                   "or cascaded residuals only", TAU_PAPER + ", Theorems 1, 4", "n/a", growth,
+                                   f"the bounds are for the tau paper's MLP-ResNet with tau or cascaded residuals "
+                                   f"(this is model {spec.model.name}, topology {section.name})"))
         return
     depth = int(spec.model.params["depth"])
     blocks = topology.n_blocks
@@ -303,28 +353,42 @@ def _tau_paper(spec, model, growth: float, quantities, rules, notes) -> None:
     low, high = math.sqrt(predicted.lower[-1]), math.sqrt(predicted.upper[-1])
     bounded = math.sqrt(theory.predicted_norm_growth(blocks, threshold, weight_variance=g).upper[-1])
     inside = low * 0.5 <= growth <= high * 1.5  # a finite batch scatters about the expectation's bounds
+    where = "inside" if inside else "below" if math.isfinite(growth) and growth < low * 0.5 else "outside"
     quantities.append(Quantity(
         name, _times(growth),
         f"{low:.3g}x to {high:.3g}x for tau = {tau:.3g} over {blocks} blocks (at most {bounded:.3g}x for "
         f"tau <= 1/sqrt(L) = {threshold:.2f})",
-        TAU_PAPER + ", Theorems 1 and 4 (Sec. 3.1, 3.3)", "consistent" if inside else "differs", growth))
+        TAU_PAPER + ", Theorems 1 and 4 (Sec. 3.1, 3.3)", "consistent" if inside else "differs", growth,
+        f"{_times(growth)} is {where} the predicted {low:.3g}x to {high:.3g}x"
+        + (" (widened by half either side for a finite batch)" if inside else "")))
+    above = tau > threshold
     quantities.append(Quantity("tau vs 1/sqrt(L)", f"tau = {tau:.3g}", f"threshold 1/sqrt({depth}) = {threshold:.3g}",
-                               TAU_PAPER + ", Sec. 3", "consistent" if tau <= threshold else "differs", tau))
-    if tau > threshold and (not math.isfinite(growth) or growth > bounded):
+                               TAU_PAPER + ", Sec. 3", "differs" if above else "consistent", tau,
+                               f"tau = {tau:.3g} is {'above' if above else 'at or below'} the threshold "
+                               f"1/sqrt({depth}) = {threshold:.3g}"
+                               + (": the stream is not bounded" if above else ": the stream stays bounded")))
+    if above and (not math.isfinite(growth) or growth > bounded):
+        grew = f"grew {_times(growth)}" if math.isfinite(growth) else "overflowed (not finite)"
         rules.append(_Rule(
             name,
             f"tau = {tau:.2f} at depth {depth} is above the tau paper's threshold 1/sqrt(L) = {threshold:.2f}: at "
             f"initialisation the stream grew {_times(growth)} over its {blocks} residual blocks, where the paper "
             f"bounds it for tau <= 1/sqrt(L) (Theorem 1, Sec. 3.1: at most {bounded:.3g}x here) and predicts growth "
             f"without bound above it (Theorem 4, Sec. 3.3: {low:.3g}x to {high:.3g}x for this tau and L).",
-            f"tau = 1/sqrt(L) = {threshold:.2f} (the tau-fig1-1/sqrt(L) preset)", ("diverged", "stalled")))
+            f"tau = 1/sqrt(L) = {threshold:.2f} (the tau-fig1-1/sqrt(L) preset)", ("diverged", "stalled"),
+            (f"The stream {grew} at initialisation (depth {depth}, tau = {tau:.2f}).",
+             f"Bounded (at most {bounded:.3g}x) only for tau <= 1/sqrt(L) = {threshold:.2f} (tau paper, Theorem 4, "
+             f"Sec. 3.3)."),
+            f"tau = 1/sqrt(L) = {threshold:.2f}"))
     lr = spec.optim.params.get("lr")
     if lr is None:
         return
+    paper_setting = spec.optim.name == "sgd" and math.isclose(lr, TAU_PAPER_LR)
     quantities.append(Quantity("learning rate vs the paper's", f"lr {lr:g} ({spec.optim.name})",
                                f"lr {TAU_PAPER_LR:g}, SGD (Figure 1)", TAU_PAPER + ", Sec. 5.1",
-                               "consistent" if spec.optim.name == "sgd" and math.isclose(lr, TAU_PAPER_LR) else "differs",
-                               float(lr)))
+                               "consistent" if paper_setting else "differs", float(lr),
+                               "the paper's Figure 1 setting" if paper_setting else
+                               f"lr {lr:g} with {spec.optim.name} here, lr {TAU_PAPER_LR:g} with SGD in the paper"))
     if tau <= threshold:
         return
     # where L^-1/4 starts to diverge on digits at each rate: the fig1-trainability claim's runs (notebook 04)
@@ -332,15 +396,17 @@ def _tau_paper(spec, model, growth: float, quantities, rules, notes) -> None:
     if math.isclose(lr, TAU_PAPER_LR):
         notes.append(f"This run already uses the paper's Figure 1 rate lr {TAU_PAPER_LR:g} (Sec. 5.1): with the stream "
                      f"grown {_times(growth)} at depth {depth} a smaller step is not the fix"
-                     + (" (on digits tau = L^-1/4 trains at depth 30 at this rate and diverges by depth 100: between 50 and 60 in "
-                        "50 steps)."
-                        if digits else "."))
+                     + (" (on digits tau = L^-1/4 trains at depth 30 at this rate and, within 50 steps, diverges "
+                        "from depth 50-60 on)." if digits else "."))
     else:
         notes.append(f"The learning rate decides where this growth turns into a divergence: this run trains with lr "
                      f"{lr:g}, {lr / TAU_PAPER_LR:.3g}x the paper's Figure 1 rate {TAU_PAPER_LR:g} (Sec. 5.1)"
-                     + (f"; on digits tau = L^-1/4 diverges from about depth 30 at lr 0.01 but trains at depth 30 with "
-                        f"lr {TAU_PAPER_LR:g} and diverges only deeper, by depth 100 (between 50 and 60 in 50 steps)" if digits else "")
+                     + (f"; on digits tau = L^-1/4 diverges from about depth 30 at lr 0.01, while at lr "
+                        f"{TAU_PAPER_LR:g} it trains at depth 30 and, within 50 steps, diverges only from depth 50-60 on"
+                        if digits else "")
                      + (f". Try lr {TAU_PAPER_LR:g} as well." if lr > TAU_PAPER_LR else "."))
+        if lr > TAU_PAPER_LR:
+            tries.append(f"lr {TAU_PAPER_LR:g} (the paper's)")
 
 
 def _weight_variance(stack) -> float:
@@ -357,13 +423,15 @@ def _chi(model, x, quantities) -> None:
     try:
         result = probe(model, x, "jacobian", max_dim=JACOBIAN_MAX_DIM)
     except SpecError as error:
-        quantities.append(Quantity(name, f"not computed: {error.message}", "1 (dynamical isometry)", paper, "n/a"))
+        quantities.append(Quantity(name, f"not computed: {error.message}", "1 (dynamical isometry)", paper, "n/a",
+                                   why="not computed on this model (see measured)"))
         return
     chi = float(np.nanmean(result["chi"])) if np.isfinite(result["chi"]).any() else math.nan
     phase = "not finite" if not math.isfinite(chi) else \
         "chaotic phase: gradients grow" if chi > 1 else "ordered phase: gradients shrink" if chi < 1 else "critical"
     quantities.append(Quantity(name, f"{chi:.4g} ({phase})", "1 (dynamical isometry); > 1 chaotic, < 1 ordered",
-                               paper, "n/a", chi))
+                               paper, "n/a", chi,
+                               "a phase to read, not a bound: a growing residual stream has chi > 1"))
 
 
 def _gradients(model, data, spec, quantities, tau_model: bool) -> None:
@@ -392,7 +460,8 @@ def _gradients(model, data, spec, quantities, tau_model: bool) -> None:
     predicted, paper = ("bounded for tau <= 1/sqrt(L) (Theorem 3)", TAU_PAPER + ", Sec. 3.2") if tau_model else \
         ("no closed form for this model", "none")
     quantities.append(Quantity("gradient norm by block at init", f"{shown} (max / min {ratio:.3g})", predicted, paper,
-                               "n/a", ratio))
+                               "n/a", ratio, "the bound has no number to check against" if tau_model else
+                               "no paper predicts it for this model"))
 
 
 def _attention(spec, model, x, quantities, rules) -> None:
@@ -405,7 +474,8 @@ def _attention(spec, model, x, quantities, rules) -> None:
     name = "attention kappa at init (median over blocks and heads)"
     if spec.model.name == "gpt":
         quantities.append(Quantity(name, f"{kappa:.3g}", "no bound for causal maps (the proposition treats full rows)",
-                                   paper, "n/a", kappa))
+                                   paper, "n/a", kappa,
+                                   "a GPT's attention is causal; the proposition treats full rows"))
         return
     maps = np.asarray(result["maps"], dtype=float)  # (blocks, heads, T, T)
     ranges, lower = [], []
@@ -418,7 +488,8 @@ def _attention(spec, model, x, quantities, rules) -> None:
             ranges.append(bounds.row_range)
             lower.append(bounds.diffuse_lower)
     if not ranges:
-        quantities.append(Quantity(name, f"{kappa:.3g}", "undefined: the maps underflow to 0", paper, "n/a", kappa))
+        quantities.append(Quantity(name, f"{kappa:.3g}", "undefined: the maps underflow to 0", paper, "n/a", kappa,
+                                   "the attention maps underflow to 0, so their logits are unknown"))
         return
     delta, bound = float(np.median(ranges)), float(np.median(lower))
     diffuse = delta < 1.0
@@ -426,7 +497,9 @@ def _attention(spec, model, x, quantities, rules) -> None:
         name, f"{kappa:.3g} (logit row range Delta = {delta:.3g})",
         f">= {bound:.3g} (diffuse rows: kappa >~ 1/Delta)" if diffuse else
         "well-conditioned if the logits are diagonally dominant",
-        paper, "consistent" if not diffuse or kappa >= bound else "differs", kappa))
+        paper, "consistent" if not diffuse or kappa >= bound else "differs", kappa,
+        f"Delta = {delta:.3g} >= 1: the diffuse-rows bound does not apply" if not diffuse else
+        f"kappa = {kappa:.3g} is {'at or above' if kappa >= bound else 'below'} the bound {bound:.3g}"))
     if diffuse and spec.topology.name == "skipless":
         rules.append(_Rule(
             name,
@@ -435,7 +508,10 @@ def _attention(spec, model, x, quantities, rules) -> None:
             f"(kappa = {kappa:.3g}, bound >~ {bound:.3g}), which the paper names the main cause of an "
             f"ill-conditioned attention Jacobian without skips.",
             "the paper's init W_Q W_K^T = alpha Z + beta I (Eq. 11; the skip-table1-skipless-init preset)",
-            ("diverged", "stalled")))
+            ("diverged", "stalled"),
+            (f"The attention logits start diffuse (row range Delta = {delta:.2g} < 1) in this skipless ViT.",
+             f"Cutting the Skip, Prop. 1 (Sec. 5.2): ill-conditioned maps, kappa = {kappa:.3g} (>~ {bound:.3g})."),
+            "the paper's init W_Q W_K^T = alpha Z + beta I (Eq. 11)"))
 
 
 def _ancre(spec, model, quantities, when: str = "at init") -> None:
@@ -455,7 +531,8 @@ def _ancre(spec, model, quantities, when: str = "at init") -> None:
         regime = "sublinear, no faster than Omega(1/t^2) (only the 0:1 shortcut, Theorem 3.2)"
     else:
         regime = "not covered by the theorems (neither 0:1 alone nor 0:K-1)"
-    quantities.append(Quantity(f"input shortcut mass {when}", shown, regime, paper, "n/a", last))
+    quantities.append(Quantity(f"input shortcut mass {when}", shown, regime, paper, "n/a", last,
+                               "the theorems compare convergence rates; the mass only says which regime applies"))
 
 
 def _dca(spec, initial, data, model, quantities, rules) -> None:
@@ -466,7 +543,8 @@ def _dca(spec, initial, data, model, quantities, rules) -> None:
         if topology in ("grn-v1", "grn-v2", "grn-v3", "dca"):
             quantities.append(Quantity("DCA collective rank (Theorem 4.1)", "not measured",
                                        "the theorems are for the low-rank linear model (model lowrank) only",
-                                       DCA_PAPER + ", Sec. 4", "n/a"))
+                                       DCA_PAPER + ", Sec. 4", "n/a",
+                                       why=f"the theorems are for model lowrank; this is {spec.model.name}"))
         return
     if topology not in DCA_TOPOLOGIES:
         return
@@ -484,7 +562,8 @@ def _dca(spec, initial, data, model, quantities, rules) -> None:
         maps = end_to_end_map(net, d)
         if maps is None:
             quantities.append(Quantity(f"rank of the blocks' part M = A_hat - D {when}", "not linear (active gates)",
-                                       f"<= {bound}", paper, "n/a"))
+                                       f"<= {bound}", paper, "n/a",
+                                       why="the gates make the network non-linear: it has no map A_hat, no rank"))
             continue
         a_hat, own = maps
         finite = bool(np.isfinite(a_hat).all())
@@ -492,7 +571,9 @@ def _dca(spec, initial, data, model, quantities, rules) -> None:
         quantities.append(Quantity(
             f"rank of the blocks' part M = A_hat - D {when}", f"{m_rank}" if finite else "not finite",
             f"<= {bound} ({what})", paper, ("consistent" if m_rank <= bound else "differs") if finite else "n/a",
-            float(m_rank) if finite else math.nan))
+            float(m_rank) if finite else math.nan,
+            (f"rank {m_rank} is {'within' if m_rank <= bound else 'above'} the bound {bound}") if finite else
+            "the map is not finite (the weights overflowed)"))
         if optimum is None:
             continue
         risk = float(np.sum((target - a_hat) ** 2)) if finite else math.nan
@@ -501,7 +582,10 @@ def _dca(spec, initial, data, model, quantities, rules) -> None:
         quantities.append(Quantity(
             f"excess risk ||A - A_hat||_F^2 {when}", f"{risk:.4g}" if finite else "not finite", text,
             DCA_PAPER + ", Theorems 4.1 and 4.2 (Sec. 4.2)",
-            ("consistent" if above else "differs") if exact and finite else "n/a", risk))
+            ("consistent" if above else "differs") if exact and finite else "n/a", risk,
+            "the map is not finite (the weights overflowed)" if not finite else
+            f"{risk:.4g} is {'at or above' if above else 'below'} the class's optimum {floor:.4g}" if exact else
+            "the theorem gives GRN's optimum only an upper bound, which a run may be above or below"))
         if when == "after training" and topology.startswith("grn") and finite:
             _dca_gain(target, ranks, d, topology, risk, quantities)
         if when == "after training" and exact and floor > 0 and math.isfinite(risk) and risk <= DCA_FLOOR * floor:
@@ -512,7 +596,10 @@ def _dca(spec, initial, data, model, quantities, rules) -> None:
                 f"rank {rank} expresses only maps whose learned part has rank <= {bound}, and the best of them is "
                 f"ER* = {floor:.4g} from A (Theorem 4.2, Sec. 4.2); this run reached {risk:.4g}.",
                 "GRN-v1 (topology.name=grn-v1), which Theorem 4.2 lets go lower at the same collective rank, or a larger "
-                "model.rank", ("stalled",)))
+                "model.rank", ("stalled",),
+                (f"The run is at its architecture's floor: it reached {risk:.4g}, the best is ER* = {floor:.4g}.",
+                 f"DCA's Theorem 4.1 (Sec. 4.1): {depth} layers of rank {rank} learn maps of rank <= {bound} only."),
+                "GRN-v1 (topology.name=grn-v1), or a larger model.rank"))
 
 
 def target_map(data) -> np.ndarray | None:
@@ -583,4 +670,6 @@ def _dca_gain(target, ranks, d, topology, risk, quantities) -> None:
         "gain over the best ResNet ER*(C_res) - ER after training", f"{gain:.4g}",
         f">= {guaranteed:.4g} at the class's optimum (Theorem 4.2: GRN-{version}'s optimum is at least this far "
         f"below ResNet's at r_* = {r_star})", DCA_PAPER + ", Theorem 4.2 (Sec. 4.2)",
-        "consistent" if gain >= guaranteed * (1 - 1e-3) else "differs", gain))
+        "consistent" if gain >= guaranteed * (1 - 1e-3) else "differs", gain,
+        f"the gain {gain:.4g} is {'at or above' if gain >= guaranteed * (1 - 1e-3) else 'below'} the guaranteed "
+        f"{guaranteed:.4g}"))

@@ -1,6 +1,6 @@
 """Random, hostile and diverging specs through the whole pipeline: validate, train a few steps, probe, draw.
 
-    python -m explorer.fuzz --specs 10000 --seed 0 [--out report.json] [--jobs 16]
+    python -m explorer.fuzz --specs 10000 --seed 0 [--out report.json] [--jobs 16] [--max-mb 3584]
 
 Each spec is drawn from the registries' typed parameters (every kind's entries and their Params, with their
 ranges and choices): a share valid, a share mutated (out of range, wrong type, unknown names, hostile
@@ -15,6 +15,11 @@ Outcomes: refused (a SpecError, at validation or from train), trained, diverged;
 exception: recorded with the spec (JSON), where it happened and the traceback's last line. Spec `i` of seed
 `s` is drawn from its own generator, so one spec reproduces alone (`--start i --specs 1`) and a run splits
 over processes without changing what is drawn.
+
+From the command line every fuzz process is held to the memory limit of the app's workers
+(explorer.budget.process_limit_mb; `--max-mb` sets another, 0 none): a spec or probe that needs more than its
+estimate said ends as a raw exception ("can't allocate memory") instead of exhausting the machine, and the
+report gives the largest resident memory any fuzz process reached.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from typing import Any
 
 import torch
 
-from explorer import plots
+from explorer import budget, plots
 from explorer.data.files import allowed_roots, restrict_reads
 from explorer.parallel import Workers
 from explorer.probes import PROBES, probe, undefined, validation_tensors
@@ -364,7 +369,16 @@ def fuzz(specs: int, seed: int = 0, start: int = 0, jobs: int = 1, progress: boo
         records = workers.map(_quiet, indices, on_done=(lambda i, r: bar.update(1)) if bar else None)
     if bar:
         bar.close()
-    return report(records, seed, start)
+    result = report(records, seed, start)
+    result["peak_rss_mb"] = round(peak_rss_mb(), 1)
+    return result
+
+
+def peak_rss_mb() -> float:
+    """The largest resident memory this process or any of its ended children (the fuzz workers) reached, in MB."""
+    import resource
+
+    return max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1e3
 
 
 def report(records: list[dict], seed: int = 0, start: int = 0) -> dict:
@@ -392,7 +406,11 @@ def report(records: list[dict], seed: int = 0, start: int = 0) -> dict:
 def summary(result: dict) -> str:
     """The report as a table: outcomes, undefined quantities, raw exceptions (one line each)."""
     lines = [f"{result['specs']} specs (seed {result['seed']}, from {result['start']}), "
-             f"{result['seconds']:.0f} s of fuzzing; shares {result['shares']}, probed models {result['variants']}", ""]
+             f"{result['seconds']:.0f} s of fuzzing; shares {result['shares']}, probed models {result['variants']}"]
+    if "peak_rss_mb" in result:
+        limit = f" (limit {result['max_mb']:,} MB)" if result.get("max_mb") else " (no limit)"
+        lines.append(f"largest resident memory of a fuzz process: {result['peak_rss_mb']:,.0f} MB{limit}")
+    lines.append("")
     width = max(len(k) for k in OUTCOMES)
     lines += [f"  {key:<{width}}  {result['counts'][key]:>7}" for key in OUTCOMES]
     if result["undefined"]:
@@ -414,10 +432,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="processes to fuzz on (default 1)")
     parser.add_argument("--out", help="write the report (counts, undefined quantities, raw exceptions with their "
                                       "specs, every record) to this JSON file")
+    parser.add_argument("--max-mb", type=int, default=None,
+                        help="hold each fuzz process to this many MB of memory (default: the app workers' limit, "
+                             "EXPLORER_MEMORY_LIMIT_MB or EXPLORER_MAX_MODEL_MB + EXPLORER_MAX_DATA_MB + "
+                             f"{budget.PROCESS_ALLOWANCE_MB}; 0: no limit)")
     args = parser.parse_args(argv)
     if args.specs < 1 or args.start < 0 or args.jobs < 1:
         parser.error("--specs and --jobs must be at least 1, --start at least 0")
+    if args.max_mb is not None and args.max_mb < 0:
+        parser.error("--max-mb must be at least 0 (0: no limit)")
+    try:
+        max_mb = budget.process_limit_mb() if args.max_mb is None else args.max_mb
+    except SpecError as error:  # a misset EXPLORER_MAX_*_MB
+        parser.error(f"{error.path}: {error.message}")
+    if max_mb and not budget.limit_memory(max_mb):  # the workers it starts inherit the limit
+        max_mb = 0
     result = fuzz(args.specs, args.seed, args.start, args.jobs, progress=True)
+    result["max_mb"] = max_mb
     if args.out:
         with open(args.out, "w") as file:
             json.dump(result, file, indent=1, default=repr)

@@ -19,14 +19,38 @@ from torch import nn
 
 from explorer import init_schemes
 from explorer.nn.base import MODELS, WEIGHT_ROLES, Stack, roles
-from explorer.registries import Param, Registry, SpecError
+from explorer.registries import Param, Registry, SpecError, check_text, quote
 from explorer.topology import TOPOLOGIES, Topology
+
+_OVERRIDES_HINT = "write role=scheme pairs separated by commas, e.g. 'head=orthogonal'"
+
+
+def parse_overrides(text: str, path: str = "init.overrides") -> dict[str, str]:
+    """'head=orthogonal, stem.out=normal' -> {"head": "orthogonal", "stem.out": "normal"}, validated ("" is none).
+    It splits the text with str methods, so it reads it in time linear in its length."""
+    found = {}
+    if not check_text(text, path).strip():
+        return found
+    for item in text.split(","):
+        if not item.strip():
+            raise SpecError(path, f"{quote(text)} has an empty item (two commas together, or one at an end); "
+                                  f"{_OVERRIDES_HINT}")
+        role, equals, name = (piece.strip() for piece in item.partition("="))
+        if not (role and equals and name):
+            raise SpecError(path, f"{quote(item.strip())} is not role=scheme; {_OVERRIDES_HINT}")
+        if role not in WEIGHT_ROLES:
+            raise SpecError(path, f"{role!r} is not a weight role; use one of {', '.join(WEIGHT_ROLES)}")
+        INITS.lookup(name, path)
+        if INITS[name].info.gates or INITS[name].info.attention:
+            raise SpecError(path, f"{name} changes the architecture or sets several weights jointly and "
+                                  "cannot be a per-role override; choose it as init.name instead")
+        found[role] = name
+    return found
+
 
 INITS = Registry("inits", common=(
     Param("overrides", "str", "", "other schemes for some roles, e.g. 'head=orthogonal, stem.out=normal' "
-                                  f"(roles: {', '.join(WEIGHT_ROLES)})",
-          pattern=r"\s*([\w.]+\s*=\s*[\w-]+\s*(,\s*[\w.]+\s*=\s*[\w-]+\s*)*)?",
-          pattern_hint="write role=scheme pairs separated by commas, e.g. 'head=orthogonal'"),
+                                  f"(roles: {', '.join(WEIGHT_ROLES)})", parse=parse_overrides),
 ))
 
 
@@ -216,21 +240,6 @@ def _scheme(name: str, params, model: nn.Module):
     if entry.info.needs_architecture:
         kwargs.update(_architecture(model))
     return entry.factory, kwargs
-
-
-def parse_overrides(text: str) -> dict[str, str]:
-    """'head=orthogonal, stem.out=normal' -> {"head": "orthogonal", "stem.out": "normal"}, validated."""
-    found = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        role, _, name = (piece.strip() for piece in item.partition("="))
-        if role not in WEIGHT_ROLES:
-            raise SpecError("init.overrides", f"{role!r} is not a weight role; use one of {', '.join(WEIGHT_ROLES)}")
-        INITS.lookup(name, "init.overrides")
-        if INITS[name].info.gates or INITS[name].info.attention:
-            raise SpecError("init.overrides", f"{name} changes the architecture or sets several weights jointly and "
-                                              "cannot be a per-role override; choose it as init.name instead")
-        found[role] = name
-    return found
 
 
 def check_init(spec) -> None:

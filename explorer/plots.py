@@ -42,6 +42,8 @@ import plotly.io as pio
 from plotly.colors import sample_colorscale
 from plotly.subplots import make_subplots
 
+from explorer.topology.shortcuts import SOURCE_STATE, TARGET_STATE, describe_shortcut, state_label, target_label
+
 __all__ = [
     "PALETTE",
     "PROBE_FIGURES",
@@ -510,6 +512,23 @@ def _softmax_equation(result: Mapping[str, Any], i: int, j: int) -> str:
     return f"a({i},{j}) = 1 + p({i},{j}), p({i},{j}) = {equation}" if residual else f"a({i},{j}) = {equation}"
 
 
+def _cell_head(i: int, j: int, names: list[str], source: str, state: bool) -> str:
+    """What cell (j, i) of a coefficient heatmap is, in the words of `describe_shortcut`: in the state basis the
+    shortcut i:j itself; a branch output y_i (source "y") or a branch-basis mix otherwise."""
+    blocks, n_blocks, pair = names[1:], len(names) - 1, f"<b>{i}:{j}</b>"
+    if j == 0:
+        return f"{pair} {state_label(0)}"
+    if i < j and source == "x" and state:
+        return pair + describe_shortcut(i, j, n_blocks, blocks=blocks)[len(f"{i}:{j}"):]
+    into = target_label(j, n_blocks, blocks) if state else \
+        "the network's output" if j == n_blocks else f"the input of {blocks[j]}"
+    if i == j:
+        return f"{pair} y_{j} = f_{j}(x_{j - 1}), the direct path into {into}"
+    what = state_label(0) if i == 0 else f"y_{i} ({blocks[i - 1]}'s own output)" if source == "y" else \
+        state_label(i, blocks)
+    return f"{pair} {what} in {into}"
+
+
 def _coefficient_hover(z: np.ndarray, result: Mapping[str, Any] | None, basis: str, names: list[str]) -> np.ndarray:
     """Each cell's hover: the shortcut i:j it is, and the equation that produced its value, with this run's numbers."""
     n = len(z)
@@ -528,9 +547,7 @@ def _coefficient_hover(z: np.ndarray, result: Mapping[str, Any] | None, basis: s
     for j in range(n):
         for i in range(j + 1):
             source = "y" if result is not None and basis == "unrolled" and i > 0 and state else "x"
-            head = (f"<b>{i}:{j}</b>  x{_sub(j)} ({names[j]}) ← {source}{_sub(i)} ({names[i]})" if i < j else
-                    f"<b>{j}:{j}</b>  x{_sub(j)} ({names[j]}) ← y{_sub(j)}: the block's own output" if j else
-                    f"<b>0:0</b>  x₀ (input)")
+            head = _cell_head(i, j, names, source, state)
             value = z[j, i]
             if basis == "log_ratio":
                 line = f"log(|u({i},{j})| / max_k |u(k,{j})|) = "
@@ -664,11 +681,12 @@ def coefficient_heatmap(
         fig.add_trace(go.Heatmap(z=np.where(forced, np.where(np.isfinite(shown), shown, 0.0), np.nan), name="forced",
                                  colorscale=[[0, FORCED_GREY], [1, FORCED_GREY]], showscale=False, **layer(forced)))
     source = "y" if result is not None and basis == "unrolled" and state else "x"  # branch outputs, when known
-    fig.update_xaxes(title_text="source i: the input x₀, or state x_i after block i" if source == "x" else
-                     "source i: the input x₀, or block i's output y_i", type="category", side="bottom",
+    fig.update_xaxes(title_text=f"source: the state {SOURCE_STATE}" if source == "x" else
+                     "source: x_0 (the input), or y_i (block i's own output)", type="category", side="bottom",
                      tickmode="array", tickvals=states,
                      ticktext=[f"{'x' if k == 0 else source}{_sub(k)} {name}" for k, name in enumerate(states)])
-    fig.update_yaxes(title_text="destination j: state x_j (block j+1's input; the last, the output)", type="category",
+    fig.update_yaxes(title_text=f"destination: {TARGET_STATE}" if state else
+                     "destination: the input of block j+1 (the last row: the output)", type="category",
                      autorange="reversed", scaleanchor="x", tickmode="array", tickvals=states,
                      ticktext=[f"x{_sub(k)} {name}" for k, name in enumerate(states)])
     return _finish(fig, title)

@@ -53,7 +53,9 @@ class Param:
     """One typed parameter of a registry entry.
 
     kind is one of "int", "float", "bool", "choice", "str", "rule" (a float or one of
-    DEPTH_RULES). low/high bound numbers (inclusive); choices lists valid strings.
+    DEPTH_RULES). low/high bound numbers (inclusive); choices lists valid strings. A "str" value
+    is at most MAX_TEXT_CHARS long, and `parse` (the one parser of its syntax, which reads it in
+    time linear in its length) checks it; its result is not kept, the value stays as written.
     """
 
     name: str
@@ -63,8 +65,7 @@ class Param:
     low: float | None = None
     high: float | None = None
     choices: tuple[str, ...] = ()
-    pattern: str | None = None  # regex a "str" value must match in full
-    pattern_hint: str = ""
+    parse: Callable[[str, str], Any] | None = None  # (text, path) -> anything, or SpecError: a "str" value's syntax
 
     def coerce(self, value: Any, path: str) -> Any:
         """Return `value` converted to this parameter's type, or raise SpecError."""
@@ -83,7 +84,7 @@ class Param:
         if kind == "float":
             return self._check_range(_to_float(value, path), path)
         if kind == "rule":
-            if isinstance(value, str) and value.replace(" ", "") in DEPTH_RULES:
+            if isinstance(value, str) and check_text(value, path).replace(" ", "") in DEPTH_RULES:
                 return value.replace(" ", "")
             try:
                 number = _to_float(value, path)
@@ -97,10 +98,9 @@ class Param:
         if kind == "str":
             if not isinstance(value, str):
                 raise SpecError(path, f"expected text, got {quote(value)}")
-            if len(value) > MAX_TEXT_CHARS:
-                raise SpecError(path, f"is {len(value)} characters long; at most {MAX_TEXT_CHARS} are accepted")
-            if self.pattern and not re.fullmatch(self.pattern, value):
-                raise SpecError(path, f"{quote(value)} is not valid; {self.pattern_hint}")
+            check_text(value, path, ascii_only=False)  # a path may be any text; a parser asks for ASCII itself
+            if self.parse is not None:
+                self.parse(value, path)
             return value
         raise AssertionError(f"unknown parameter kind {kind}")
 
@@ -127,9 +127,35 @@ def _show(number: float) -> str:
     return repr(float(number))
 
 
+def check_text(text: str, path: str, ascii_only: bool = True) -> str:
+    """`text` if it is at most MAX_TEXT_CHARS characters (checked first, before anything reads it) and, with
+    `ascii_only`, ASCII; else a SpecError naming `path`. Digits of other scripts (Arabic-Indic, fullwidth) pass
+    str.isdigit(), int() and float(), so text that holds numbers must be ASCII (a URL stays canonical)."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise SpecError(path, f"is {len(text)} characters long; at most {MAX_TEXT_CHARS} are accepted")
+    if ascii_only and not text.isascii():
+        char = next(c for c in text if not c.isascii())
+        raise SpecError(path, f"{quote(text)} contains the non-ASCII character {char!r}; write the digits 0-9 "
+                              "and ASCII signs only")
+    return text
+
+
+# An unsigned decimal number in ASCII digits. Its parts cannot match the same characters, so a match takes time
+# linear in the text; a sign, where one is allowed, is read beside it.
+NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+_SIGNED_NUMBER = re.compile(r"[-+]?" + NUMBER)
+_NOT_FINITE = ("inf", "infinity", "nan")  # as text, read as such, so the message says "finite"
+
+
 def _number(value: Any, path: str, expected: str) -> float:
-    """float(value) (an int too large for a float is inf); a SpecError saying `expected` for a bool or a non-number."""
-    if isinstance(value, bool):
+    """float(value) (an int too large for a float is inf); a SpecError saying `expected` for a bool or a non-number.
+    Text is a decimal number in ASCII digits ("1e-3", "-.5"), or inf or nan (refused later as not finite)."""
+    if isinstance(value, (bool, bytes, bytearray)):
+        raise SpecError(path, f"expected {expected}, got {quote(value)}")
+    if isinstance(value, str):
+        text = check_text(value, path).strip()
+        if _SIGNED_NUMBER.fullmatch(text) or (text[1:] if text[:1] in "+-" else text).lower() in _NOT_FINITE:
+            return float(text)
         raise SpecError(path, f"expected {expected}, got {quote(value)}")
     try:
         return float(value)
@@ -350,3 +376,25 @@ def import_folder(package: str, path) -> None:
     a new topology or probe is one new file in its folder."""
     for module in pkgutil.iter_modules(path):
         importlib.import_module(f"{package}.{module.name}")
+
+
+def import_files(folder, prefix: str) -> None:
+    """Import every .py file of a plug-in `folder` outside the library (files starting with "_" are skipped)
+    as module `prefix`<stem>, once per process, so each file that registers entries is registered."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    for path in sorted(Path(folder).glob("*.py")):
+        name = f"{prefix}{path.stem}"
+        if path.stem.startswith("_") or name in sys.modules:
+            continue
+        found = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(found)
+        sys.modules[name] = module
+        try:
+            found.loader.exec_module(module)
+        except Exception as error:
+            del sys.modules[name]
+            raise SpecError(str(path), f"the plug-in failed to import ({type(error).__name__}: {error}); "
+                                       f"fix the file or move it out of {folder}") from error

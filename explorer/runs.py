@@ -541,15 +541,29 @@ class RunStore:
             raise damaged_checkpoint(path, TypeError(f"holds a {type(state).__name__}, not a dict"))
         return state
 
-    def delete(self, run_id: str) -> str:
-        """Remove a run's rows and its checkpoint file; returns the full id."""
-        with self._tx() as tx:
-            run_id = self._resolve(tx, run_id)
-            for table in ("probes", "history"):
-                tx.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
-            tx.execute("DELETE FROM runs WHERE id = ?", (run_id,))
-        self.checkpoint_path(run_id).unlink(missing_ok=True)
-        (self.root / "locks" / f"{run_id}.lock").unlink(missing_ok=True)
+    def delete(self, run_id: str, force: bool = False) -> str:
+        """Remove a run's rows and its checkpoint file; returns the full id.
+
+        A run that a live process is training (its RunLock is held) is refused with RunBusy naming the process,
+        unless `force`; the lock is held while the run is removed, so no trainer claims it meanwhile."""
+        run_id = self.resolve(run_id)
+        lock = RunLock(self, run_id)
+        try:
+            lock.acquire()
+        except RunBusy as busy:
+            if not force:
+                raise RunBusy(run_id, busy.holder, "stop it first or pass --force (force=True in Python)") from None
+            lock = None
+        try:
+            with self._tx() as tx:
+                for table in ("probes", "history"):
+                    tx.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+                tx.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+            self.checkpoint_path(run_id).unlink(missing_ok=True)
+            (self.root / "locks" / f"{run_id}.lock").unlink(missing_ok=True)
+        finally:
+            if lock is not None:
+                lock.release()
         return run_id
 
     # ---- reading --------------------------------------------------------------------------------
@@ -865,10 +879,9 @@ class RunLock:
 class RunBusy(SpecError):
     """A run another process (or another job) is training: a second writer is refused."""
 
-    def __init__(self, run_id: str, holder: str):
+    def __init__(self, run_id: str, holder: str, fix: str = "wait for it to end or stop it there, then resume"):
         self.holder = holder
-        super().__init__("run", f"run {run_id[:8]} is being trained by {holder}; wait for it to end or stop it "
-                                "there, then resume")
+        super().__init__("run", f"run {run_id[:8]} is being trained by {holder}; {fix}")
 
 
 # ---- trainer listener ---------------------------------------------------------------------------

@@ -224,8 +224,13 @@ class ExperimentSpec:
     @classmethod
     def from_query(cls, query: str | Mapping[str, Any], base: ExperimentSpec | None = None) -> ExperimentSpec:
         """Inverse of `to_query`; also accepts a mapping such as Streamlit's query params. The values change
-        `base` (a preset, say), by default the default spec."""
+        `base` (a preset, say), by default the default spec. A query text is at most MAX_SPEC_BYTES characters,
+        checked before it is split; each value is then read by its parameter."""
         if isinstance(query, str):
+            if len(query) > MAX_SPEC_BYTES:
+                raise SpecError("query", f"the link's query is {len(query):,} characters long, more than the "
+                                         f"{MAX_SPEC_BYTES:,} accepted; a link lists only the values that differ "
+                                         "from the defaults")
             pairs = urllib.parse.parse_qsl(query.lstrip("?"), keep_blank_values=True)
         else:
             pairs = [(k, v[-1] if isinstance(v, list) else v) for k, v in query.items()]

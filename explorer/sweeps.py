@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 import traceback
 from collections.abc import Iterable
 from typing import Any
 
 from explorer.parallel import BACKENDS, Workers
 from explorer.plots import GRID_METRICS
-from explorer.registries import SpecError
+from explorer.registries import SpecError, check_text, quote
 from explorer.spec import ExperimentSpec
 from explorer.topology import parse_shortcuts, shortcuts_text
 from explorer.training import finite
@@ -65,14 +64,16 @@ def parse_grid(items: Iterable[str]) -> dict[str, list[str]]:
         path, sep, values = item.partition("=")
         if not sep or not values.strip():
             raise SpecError("--grid", f"{item!r} is not PATH=V1,V2,...; write e.g. --grid model.depth=10,30")
-        grid[path.strip()] = split_values(values)
+        grid[path.strip()] = split_values(values, "--grid")
     return grid
 
 
-def split_values(text: str) -> list[str]:
-    """An axis' typed values: "a;b" or one per line when a value holds commas ("0:3,1:4; 0:2"), else "a,b"."""
-    separators = r"[;\n]" if re.search(r"[;\n]", text) else ","
-    return [value.strip() for value in re.split(separators, text) if value.strip()]
+def split_values(text: str, path: str = "grid") -> list[str]:
+    """An axis' typed values: "a;b" or one per line when a value holds commas ("0:3,1:4; 0:2"), else "a,b".
+    At most MAX_TEXT_CHARS characters (SpecError naming `path`); each value is checked by the spec's field."""
+    check_text(text, path, ascii_only=False)
+    separator = ";" if ";" in text or "\n" in text else ","
+    return [value.strip() for value in text.replace("\n", ";").split(separator) if value.strip()]
 
 
 def design_label(text: str) -> str:
@@ -94,7 +95,7 @@ def design_grid(spec: ExperimentSpec, designs: Iterable[str]) -> tuple[Experimen
             canonical = shortcuts_text(parse_shortcuts(text))
             base.with_values({DESIGN_PATH: canonical})  # the model's own check: enough blocks, ...
         except SpecError as error:
-            raise SpecError(error.path, f"design {text.strip()!r}: {error.message}") from None
+            raise SpecError(error.path, f"design {quote(text.strip())}: {error.message}") from None
         if canonical in seen:
             spelled = "" if seen[canonical] == text.strip() else f" (as {seen[canonical]!r} and {text.strip()!r})"
             raise SpecError(DESIGN_PATH, f"the design {design_label(canonical)} is listed twice{spelled}; "

@@ -27,6 +27,9 @@ from explorer.spec import ExperimentSpec
 from explorer.topology import Topology
 
 
+MAX_REWIRES = 16  # rewires one run may make (each builds the model's topology afresh and is kept in its record)
+
+
 class StopTraining(Exception):
     """Raise from a callback to stop a run cleanly between steps (status "stopped")."""
 
@@ -79,6 +82,10 @@ class Run:
         valid, or that would change the blocks (another block count, e.g. a Transformer split into attention
         and MLP blocks), raises SpecError naming `topology`; the run is then unchanged. The change is appended
         to `rewires` and `spec` becomes the new design.
+
+        One rewire per logged step: a second one at the same step replaces the first (both read before the
+        step's update, so only the last is ever trained). A run makes at most MAX_REWIRES rewires; one more is
+        a SpecError naming `rewire`.
         """
         if self._rewire is None:
             raise RuntimeError("Run.rewire works only from a callback during a \"log\" event of explorer.train")
@@ -304,6 +311,9 @@ def _check_schedule(rewire: dict[int, Any], steps: int, log_every: int) -> dict[
     """The `rewire` argument of train: every key a logged step of the run."""
     if not isinstance(rewire, Mapping):
         raise SpecError("rewire", f"expected {{step: topology section}}, got {quote(rewire)}")
+    if len(rewire) > MAX_REWIRES:
+        raise SpecError("rewire", f"{len(rewire)} rewires asked for, more than the {MAX_REWIRES} one run may make; "
+                                  f"keep at most {MAX_REWIRES} (or split the design's changes over new runs)")
     for step in rewire:
         if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= steps \
                 or not (step % log_every == 0 or step == steps):
@@ -375,9 +385,19 @@ def train(
     pending: list[tuple[ExperimentSpec, list[Topology]]] = []  # rewires made at this log event, swapped after it
     logging = False  # inside a log event, where Run.rewire is allowed
 
-    def add_rewire(record: dict[str, Any]) -> None:
+    def add_rewire(record: dict[str, Any], live: bool = True) -> None:
+        """Rewire at record["step"]; `live` (not a resumed run's record) replaces a pending rewire of the same
+        step and holds the run to MAX_REWIRES."""
+        replace = live and bool(pending) and run.rewires[-1]["step"] == int(record["step"])
+        if live and not replace and len(run.rewires) >= MAX_REWIRES:
+            raise SpecError("rewire", f"this run has been rewired {len(run.rewires)} times, the most one run may "
+                                      "be; start a new run to keep designing")
         new_spec = rewired_spec(run.spec, record["topology"])
-        pending.append((new_spec, _rewired_topologies(model, new_spec, data, cfg.seed)))
+        tops = _rewired_topologies(model, new_spec, data, cfg.seed)
+        if replace:
+            pending.pop()
+            run.rewires.pop()
+        pending.append((new_spec, tops))
         run.rewires.append({"step": int(record["step"]), "topology": new_spec.topology.to_dict()})
         run.spec = new_spec
 
@@ -395,7 +415,7 @@ def train(
     if restored:
         applied = int(resume_from.get("applied", len(restored)))
         for k, record in enumerate(restored):
-            add_rewire(record)
+            add_rewire(record, live=False)
             if k < applied:
                 apply_pending()
     if resume_from is not None:

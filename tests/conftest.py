@@ -1,8 +1,12 @@
 """Fixtures shared by the test files."""
 
+import ast
+import fnmatch
+import inspect
 import os
 import socket
 import sys
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -47,9 +51,145 @@ def local_ray():
     ray.shutdown()
 
 
+# The tiers. The fast tier (every module's unit tests and one AppTest smoke per page, about two minutes on a
+# 2-core machine) is run before every change; .ci/run runs every tier. A test lands in its tiers by rule: its
+# file's name, its fixtures, what its code starts, and the two tables below (tests measured, with the time each
+# took recorded by .ci/run in .ci-out/durations.txt).
+FAST_COMMAND = "python -m pytest -m fast"
+FAST_EXCLUDES = ("slow", "browser", "notebooks", "claims", "ray")  # `-m fast` is `-m "not (slow or ...)"`
+TIERS = {"fast", "app", *FAST_EXCLUDES}
+FILE_TIERS = (  # (file-name pattern, marker): every match applies
+    ("*_browser.py", "browser"),
+    ("test_app_*", "app"),
+    ("test_notebooks*", "notebooks"),
+    ("test_exercises*", "notebooks"),
+    ("test_claims*", "claims"),
+)
+FIXTURE_TIERS = {"local_ray": "ray", "executed_notebooks": "notebooks", "open_page": "app"}
+BROWSER_CALLS = {"browsing.browser", "browsing.serve"}  # a test that starts Chromium or an app server itself
+# The one AppTest smoke test of each page kept in the fast tier; a page's other AppTests are in the app tier only.
+PAGE_SMOKES = (
+    "test_app_train.py::test_train_produces_a_stored_run_with_loss_chart_and_heatmap",
+    "test_app_compare.py::test_overlaying_stored_runs_draws_each_and_marks_divergence",
+    "test_app_inside.py::test_probes_read_the_stored_weights",
+    "test_app_papers.py::test_each_paper_section_renders_with_its_equations_claims_and_presets",
+    "test_app_theory.py::test_page_renders_every_chart_without_messages",
+    "test_app_sessions.py::test_the_admin_page_lists_every_job_and_stops_one",
+)
+# Tests that take a second or more on a loaded 2-core machine, or a parametrized matrix that takes tens of
+# seconds in all (file::test, every parametrization; or a whole file); each module keeps fast tests elsewhere.
+SLOW = (
+    "test_app_jobs.py::test_a_job_trains_in_a_worker_records_and_matches_a_plain_run",
+    "test_app_jobs.py::test_a_killed_worker_marks_its_job_error_and_is_replaced",
+    "test_app_jobs.py::test_a_worker_does_not_run_the_parents_main_script",
+    "test_app_jobs.py::test_pause_step_and_stop_act_at_logged_steps",
+    "test_app_jobs.py::test_the_queue_runs_at_most_max_jobs_in_submission_order",
+    "test_app_jobs.py::test_the_running_jobs_share_the_cores_and_rebalance",
+    "test_app_probe_jobs.py::test_a_probe_job_of_a_gone_session_is_cancelled_and_frees_its_slot",
+    "test_app_probe_jobs.py::test_an_idle_worker_gives_its_memory_back",
+    "test_app_probe_jobs.py::test_the_estimate_is_not_below_what_the_jacobian_probe_allocates",
+    "test_app_probe_jobs.py::test_the_time_limit_stops_a_probe_and_the_next_job_runs",
+    "test_app_sessions.py::test_a_session_has_at_most_its_share_of_active_jobs",
+    "test_app_train.py::test_app_starts_from_a_relative_script_path",
+    "test_batched.py::test_learnable_tau_with_its_gradient_hook_and_schedule",
+    "test_budget_rss.py::test_the_estimate_covers_what_a_run_takes",
+    "test_budget_rss.py::test_the_probe_estimate_covers_its_peak",
+    "test_challenge.py::test_score_is_the_first_logged_step_at_the_target_on_a_real_run",
+    "test_challenge.py::test_the_reference_beats_no_shortcut_and_the_slow_shortcut",
+    "test_cli.py::test_a_reader_that_stops_early_gets_no_traceback",
+    "test_cli.py::test_console_script_error_exit_code",
+    "test_cli.py::test_console_script_train_json",
+    "test_cli.py::test_running_out_of_memory_ends_the_run_as_error_in_one_line",
+    "test_conditioning.py::test_lanczos_kappa_is_within_ten_percent_of_the_exact_value",
+    "test_conv.py::test_every_topology_trains_inside_the_stages",
+    "test_data.py::test_digits_are_sklearns_digits_read_without_importing_sklearn",
+    "test_diagnosis.py::test_the_tau_explanation_names_the_learning_rate_and_what_it_changes",
+    "test_fuzz.py::test_the_fuzzer_meets_every_outcome_and_no_raw_exception",
+    "test_fuzz_specs.py",
+    "test_new_probe.py::test_a_probe_file_in_the_plugin_folder_registers_in_a_fresh_interpreter",
+    "test_plots.py::test_every_probe_result_draws_titled_figures",
+    "test_plots.py::test_png_export_works_or_names_the_fix",
+    "test_probes.py::test_probes_restore_the_mode_and_leave_gradients_alone",
+    "test_rewire.py::test_default_weights_give_bit_identical_runs",
+    "test_sweep.py::test_a_failed_trial_is_recorded_and_the_others_go_on",
+    "test_sweep.py::test_ctrl_c_stops_the_pool_and_keeps_what_finished",
+    "test_sweep.py::test_local_pool_records_every_trial_as_it_finishes",
+    "test_topology.py::test_dense_topologies_train_identically_in_parallel_threads",
+    "test_topology.py::test_fast_dense_mix_matches_plain_autograd",
+    "test_train.py::test_a_preset_of_each_data_set_trains_at_full_data_scale",
+    "test_train.py::test_every_preset_trains_a_few_steps",
+    "test_train.py::test_every_topology_trains_on_every_model",
+    "test_train.py::test_train_records_the_loss_it_diverged_at",
+    "test_transformer.py::test_every_topology_trains_at_both_levels",
+    "test_transformer.py::test_gpt_loss_falls_below_the_unigram_entropy_of_its_corpus",
+    "test_transformer.py::test_skipless_vit_trains_worse_with_default_init_than_with_the_skipless_init",
+    "test_transformer.py::test_transformer_inits_train_under_each_kind_of_topology",
+    "test_worker_memory.py",  # workers filled to their memory limit: tens of seconds
+)
+
+
+def listed(test: str, table) -> bool:
+    """Whether a table names the test "file::name[params]" (file::name, any parametrization, or its file)."""
+    return any(entry in (test.split("::")[0], test, test.split("[")[0]) for entry in table)
+
+
+def names_in(code: str) -> set[str]:
+    """The names and dotted names (`browsing.serve`) a piece of code reads; what its strings say does not count."""
+    try:
+        tree = ast.parse(textwrap.dedent(code))
+    except SyntaxError:
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+            if isinstance(node.value, ast.Name):
+                found.add(f"{node.value.id}.{node.attr}")
+    return found
+
+
+def tiers_of(test: str, fixtures=(), code: str = "", marks=()) -> set[str]:
+    """The tiers of test "file::name[params]" by its file name, its fixtures, its code, its tier markers, the
+    page smokes and the SLOW table (an AppTest that is not its page's smoke counts as slow: the app tier has it)."""
+    name = test.split("::")[0]
+    found = set(marks) & TIERS
+    found |= {marker for pattern, marker in FILE_TIERS if fnmatch.fnmatch(name, pattern)}
+    found |= {marker for fixture, marker in FIXTURE_TIERS.items() if fixture in fixtures}
+    names = names_in(code)
+    if names & BROWSER_CALLS:
+        found.add("browser")
+    if "AppTest" in names:
+        found.add("app")
+    page_test = "open_page" in fixtures or "AppTest" in names
+    if listed(test, SLOW) or (page_test and not listed(test, PAGE_SMOKES)):
+        found.add("slow")
+    if not found & set(FAST_EXCLUDES):
+        found.add("fast")
+    return found
+
+
+def tier_markers(item) -> set[str]:
+    """The tiers of a collected test (tiers_of)."""
+    try:
+        code = inspect.getsource(item.function)
+    except (AttributeError, OSError, TypeError):
+        code = ""
+    return tiers_of(f"{item.path.name}::{item.name}", getattr(item, "fixturenames", ()), code,
+                    [mark.name for mark in item.iter_markers()])
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers added here
 def pytest_collection_modifyitems(items):
-    """The tests on the shared local Ray run last, one after the other (the order within each group is kept)."""
-    on_ray = [item for item in items if "local_ray" in getattr(item, "fixturenames", ())]
+    """Mark each test with its tiers; the tests on the shared local Ray run last, one after the other (the
+    order within each group is kept)."""
+    for item in items:
+        tiers = tier_markers(item)
+        for marker in sorted(tiers - {mark.name for mark in item.iter_markers()}):
+            item.add_marker(marker)
+        item.user_properties.append(("tiers", ",".join(sorted(tiers))))  # in the junit XML .ci/run keeps
+    on_ray = [item for item in items if item.get_closest_marker("ray")]
     items[:] = [item for item in items if item not in on_ray] + on_ray
 
 

@@ -30,13 +30,31 @@ MISSING = skip_without_browser()
 NEVER_ENDS = 5_000_000  # steps: hours of training on any machine, so a run stopped by the test is still training
 
 
+# A probe written as one new file in the plug-in folder (EXPLORER_PLUGINS_DIR): the library imports every file there.
+PROBE_SOURCE = '''"""mean |output| of the model over a batch: a probe in one file, with no figure of its own."""
+
+import torch
+
+from explorer.probes.core import PROBES
+
+
+@PROBES.register("example-output-scale", "mean |output| of the model over the batch, per output unit")
+def output_scale(model, inputs):
+    with torch.no_grad():
+        out = model(inputs).abs()
+    return {"mean_abs": out.mean(), "per_unit": out.mean(0)}
+'''
+
+
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
     assert not MISSING, f"CI needs {' and '.join(MISSING)} for the browser test"
     root = tmp_path_factory.mktemp("app")
+    (root / "plugins").mkdir()  # a probe in one file, outside the package (test_a_probe_added_in_one_file_...)
+    (root / "plugins" / "example_output_scale.py").write_text(PROBE_SOURCE)
     # a run that must still be training after a window asks for more steps than any machine trains in minutes
-    with browsing.serve(root / "home", env={"EXPLORER_MAX_STEPS": str(NEVER_ENDS)}) as base, \
-            browsing.browser(root / "profile") as page:
+    env = {"EXPLORER_MAX_STEPS": str(NEVER_ENDS), "EXPLORER_PLUGINS_DIR": str(root / "plugins")}
+    with browsing.serve(root / "home", env=env) as base, browsing.browser(root / "profile") as page:
         yield base, page, root / "home"
 
 
@@ -379,44 +397,22 @@ def test_the_servers_memory_stays_bounded_over_runs_and_claims(app):
     assert after < 1.5 * first, (first, after)
 
 
-# A probe written as one new file in explorer/probes/ (the package imports every module in its folder).
-PROBE_FILE = ROOT / "explorer" / "probes" / "example_output_scale.py"
-PROBE_SOURCE = '''"""mean |output| of the model over a batch: a probe in one file, with no figure of its own."""
-
-import torch
-
-from explorer.probes.core import PROBES
-
-
-@PROBES.register("example-output-scale", "mean |output| of the model over the batch, per output unit")
-def output_scale(model, inputs):
-    with torch.no_grad():
-        out = model(inputs).abs()
-    return {"mean_abs": out.mean(), "per_unit": out.mean(0)}
-'''
-
-
-def test_a_probe_added_in_one_file_draws_on_the_train_page(app, tmp_path):
-    """Drop one file into explorer/probes/ and start an app (its own server, the module's browser): the Train
-    page offers the probe, a run's worker process computes it, and the page draws it (as the table of its
-    numbers, since it declares no figure)."""
-    _, page, _ = app
-    assert not PROBE_FILE.exists(), f"{PROBE_FILE} is left from another run: delete it"
-    PROBE_FILE.write_text(PROBE_SOURCE)
-    try:
-        with browsing.serve(tmp_path / "home") as base:
-            spec = explorer.ExperimentSpec.default().with_values({"train.steps": 20, "train.log_every": 5})
-            page.goto(browsing.train_page_url(base, spec))
-            browsing.wait_ready(page)
-            page.locator(".st-key-train-probe").click()
-            page.keyboard.type("example-output-scale")
-            page.keyboard.press("Enter")
-            page.wait_for_function(f"() => {browsing.NOT_RUNNING}", timeout=30_000)
-            page.locator(".st-key-train-start button").click()
-            page.get_by_text("Finished", exact=False).first.wait_for(timeout=300_000)
-            page.wait_for_function("() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(g => "
-                                   "((g.layout.title || {}).text || '').includes('example-output-scale'))",
-                                   timeout=60_000)
-            assert browsing.exceptions(page) == 0
-    finally:
-        PROBE_FILE.unlink(missing_ok=True)
+def test_a_probe_added_in_one_file_draws_on_the_train_page(app):
+    """One file in the plug-in folder the module's app was started with (EXPLORER_PLUGINS_DIR): the Train page
+    offers the probe, a run's worker process computes it, and the page draws it (as the table of its numbers,
+    since it declares no figure). Nothing is written into the package."""
+    base, page, _ = app
+    spec = explorer.ExperimentSpec.default().with_values({"train.steps": 20, "train.log_every": 5})
+    page.goto(browsing.train_page_url(base, spec))
+    browsing.wait_ready(page)
+    page.locator(".st-key-train-probe").click()
+    page.keyboard.type("example-output-scale")
+    page.keyboard.press("Enter")
+    page.wait_for_function(f"() => {browsing.NOT_RUNNING}", timeout=30_000)
+    page.locator(".st-key-train-start button").click()
+    page.get_by_text("Finished", exact=False).first.wait_for(timeout=300_000)
+    page.wait_for_function("() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(g => "
+                           "((g.layout.title || {}).text || '').includes('example-output-scale'))",
+                           timeout=60_000)
+    assert browsing.exceptions(page) == 0
+    assert not list((ROOT / "explorer").rglob("example_output_scale*"))

@@ -331,6 +331,19 @@ def test_a_designs_grid_refuses_repeats_and_designs_past_the_last_block(open_pag
     assert explorer.RunStore().list() == []
 
 
+def test_a_designs_text_past_the_length_cap_is_one_line_naming_the_box(open_page):
+    """A pasted wall of text is refused before it is split: one message naming the box, nothing to launch."""
+    at = open_page("compare")
+    at.selectbox(key="compare-preset").set_value(DESIGN_BASE).run()
+    at.radio(key="compare-axes").set_value("designs x seeds").run()
+    at.text_area(key="compare-designs").set_value("0:1*1111111111," * 400 + "x").run()
+    assert not at.exception
+    (error,) = at.error
+    assert "Designs" in plain(error.value) and "at most" in plain(error.value)
+    assert "unexpected error" not in plain(error.value)
+    assert at.button(key="compare-launch").disabled
+
+
 def test_the_train_pages_design_is_offered_to_a_designs_grid(open_page):
     spec = explorer.preset(DESIGN_BASE).with_values({"topology.shortcuts": "1:4,0:2"})
     at = open_page("train", query=dict(urllib.parse.parse_qsl(spec.to_query())))
@@ -388,3 +401,27 @@ def test_an_any_field_grid_validates_each_axis_with_the_fields_own_message(open_
     np.testing.assert_allclose(10 ** plotly_array(heatmap["z"]),
                                [[by_cell[(lr, init)] for init in ("default", "orthogonal")] for lr in (0.01, 0.05)],
                                rtol=1e-6)
+
+
+def test_the_grids_choices_come_back_after_another_page(open_page):
+    """Streamlit drops a widget's value while another page shows: the page keeps its choices and puts them back."""
+    at = set_up_grid(open_page("compare"), ["cascaded", "none"], steps=15)
+    at.number_input(key="compare-seeds").set_value(2).run()
+    at.radio(key="compare-axes").set_value("any field x any field").run()
+    at.selectbox(key="compare-field-0").set_value("optim.lr").run()
+    at.text_input(key="compare-values-0:optim.lr").set_value("0.01, 0.05").run()
+    field_1 = at.selectbox(key="compare-field-1").value
+    launch = at.button(key="compare-launch").label
+    at.switch_page("views/theory.py").run()
+    at.switch_page("views/compare.py").run()
+    assert not at.exception
+    assert at.selectbox(key="compare-preset").value == FAST_PRESET
+    assert at.radio(key="compare-axes").value == "any field x any field"
+    assert at.selectbox(key="compare-field-0").value == "optim.lr"
+    assert at.selectbox(key="compare-field-1").value == field_1
+    assert at.text_input(key="compare-values-0:optim.lr").value == "0.01, 0.05"
+    assert at.number_input(key="compare-seeds").value == 2
+    assert at.number_input(key=f"compare-steps:{FAST_PRESET}").value == 15
+    assert at.button(key="compare-launch").label == launch
+    at.radio(key="compare-axes").set_value("topologies x seeds").run()  # an axis not drawn since: kept as well
+    assert at.multiselect(key="compare-topologies").value == ["cascaded", "none"]

@@ -170,7 +170,7 @@ def test_the_diagnosis_of_a_diverged_run_is_shown_with_its_numbers(open_page):
     shown = " ".join(w.value for w in at.warning).replace("\\", "")
     assert "Diverged" in shown and "Theorem 4" in shown and "Sec. 3.3" in shown
     assert growth.measured in shown and f"1/sqrt(L) = {30 ** -0.5:.2f}" in shown and "lr 0.001" in shown
-    table = next(e for e in at.expander if e.label.startswith("Diagnosis")).dataframe[0].value
+    table = next(e for e in at.expander if e.label.startswith("Diagnosis")).table[0].value
     assert list(table["quantity"]) == [q.name for q in expected.quantities]
     assert list(table["measured"]) == [q.measured for q in expected.quantities]
 
@@ -183,6 +183,27 @@ def test_a_run_that_trained_gets_the_table_but_no_explanation(open_page):
     at.toggle(key="inside-all").set_value(True).run()
     assert not at.exception
     assert not any("Diverged" in w.value or "Stalled" in w.value for w in at.warning)
-    table = next(e for e in at.expander if e.label.startswith("Diagnosis")).dataframe[0].value
+    table = next(e for e in at.expander if e.label.startswith("Diagnosis")).table[0].value
     verdicts = dict(zip(table["quantity"], table["verdict"]))
-    assert verdicts["tau vs 1/sqrt(L)"] == "consistent"
+    assert verdicts["tau vs 1/sqrt(L)"].startswith("agrees: tau = ")  # the verdict in words
+
+
+def test_the_choices_come_back_after_another_page(open_page):
+    """Streamlit drops a widget's value while another page shows: the page keeps its choices and puts them back."""
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 3, "train.steps": 2, "train.log_every": 1})
+    stored_run(spec)
+    _, run_id = stored_run(spec.with_values({"train.seed": 1}))
+    at = open_page("inside")
+    at.toggle(key="inside-all").set_value(True).run()
+    older = next(i for i in at.selectbox(key="inside-run").options if run_id[:8] not in i)
+    at.selectbox(key="inside-run").set_value(older).run()
+    at.multiselect(key="inside-probes").set_value(["norms"]).run()
+    at.slider(key="inside-inputs").set_value(4).run()
+    chosen = at.selectbox(key="inside-run").value
+    at.switch_page("views/theory.py").run()
+    at.switch_page("views/inside.py").run()
+    assert not at.exception
+    assert at.toggle(key="inside-all").value is True
+    assert at.selectbox(key="inside-run").value == chosen != run_id  # not the newest, which is listed first
+    assert at.multiselect(key="inside-probes").value == ["norms"]
+    assert at.slider(key="inside-inputs").value == 4

@@ -234,7 +234,7 @@ def test_a_diverging_tau_run_shows_the_papers_diagnosis(open_page):
     assert "Theorem 4" in warning and "Sec. 3.3" in warning and "tau paper" in warning
     assert growth.measured in warning and "1/sqrt(L) = 0.18" in warning
     expander = next(e for e in at.expander if e.label.startswith("Diagnosis"))
-    table = expander.dataframe[0].value
+    table = expander.table[0].value
     row = table[table["quantity"] == growth.name].iloc[0]
     assert row["measured"] == growth.measured and "Theorems 1 and 4" in row["paper"]
     cached = at.session_state["train-diagnosis"]
@@ -372,6 +372,7 @@ def test_the_design_challenge_scores_the_sessions_designs(open_page):
     table = next(e for e in at.expander if e.label == "Design challenge").dataframe[0].value
     row = table.iloc[0]
     assert row["design"] == design and len(table) == 1
+    assert row["last loss"] == f"{view.history[-1]['loss']:.3g}" and "e-" in row["last loss"]  # 3 digits, as 4e-13
     assert row[f"steps to {challenge.CHALLENGE.target_loss:g}"] == (expected if expected is not None else "not reached")
     too_many = "0:2,0:3,1:4"
     at.text_input(key=SHORTCUTS_TEXT).set_value(too_many).run()
@@ -416,3 +417,91 @@ def test_a_design_edited_while_paused_rewires_the_run(open_page):
     assert any("+0:6" in (a.get("text") or "") for a in loss["layout"].get("annotations", []))
     record = explorer.RunStore().get(view.run_id)
     assert [(r["step"], r["topology"]["shortcuts"]) for r in record["rewires"]] == [(held, "0:3,0:6")]
+
+
+def leave_and_come_back(at, page: str = "papers"):
+    """Another page, then Train by the sidebar's link (which carries no query string)."""
+    at.switch_page(f"views/{page}.py").run()
+    assert not at.exception, at.exception
+    at.query_params.clear()
+    at.switch_page("views/train.py")
+    return at.run()
+
+
+def test_the_form_and_its_address_come_back_after_another_page(open_page):
+    """A preset link, a field edited and a live probe chosen; Papers; Train again: the same form, address and
+    sidebar note, not the default experiment."""
+    name = "ancre-fig2b-ancre"
+    at = open_page("train", query={"preset": name})
+    at.number_input(key="spec:train.-.seed").set_value(5).run()
+    at.selectbox(key="train-probe").set_value("weights").run()
+    expected = explorer.preset(name).with_values({"train.seed": 5})
+    assert expected.to_dict() != explorer.ExperimentSpec.default().to_dict()
+    leave_and_come_back(at)
+    assert not at.exception, at.exception
+    assert at.selectbox(key="spec:model.name").value == expected.model.name
+    assert at.selectbox(key="spec:topology.name").value == "ancre"
+    assert at.number_input(key="spec:train.-.seed").value == 5
+    assert spec_of(at).to_dict() == expected.to_dict()  # the address bar holds it again
+    assert at.selectbox(key="train-probe").value == "weights"
+    assert any(f"Started from the preset {name}, then edited." in plain(c.value) for c in at.caption)
+    at.number_input(key="spec:train.-.seed").set_value(0).run()  # the preset again: the note says so
+    assert any(f"Started from the preset {name}." in plain(c.value) for c in at.caption)
+
+
+def test_a_link_opened_after_another_page_wins_over_the_kept_form(open_page):
+    at = open_page("train", query={"preset": "ancre-fig2b-ancre"})
+    at.switch_page("views/papers.py").run()
+    at.query_params.clear()
+    at.query_params["preset"] = "ancre-fig2c-ancre"
+    at.switch_page("views/train.py").run()
+    assert not at.exception
+    assert spec_of(at).to_dict() == explorer.preset("ancre-fig2c-ancre").to_dict()
+
+
+def test_the_result_says_when_the_form_has_changed_since_its_run(open_page):
+    spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values(FAST)
+    at = open_page("train", query=query_of(spec))
+    view = train_until_done(at)
+    assert view.status == "finished"
+
+    def changed() -> list[str]:
+        return [plain(i.value) for i in at.info if "the form has changed since" in plain(i.value)]
+
+    assert not changed()
+    leave_and_come_back(at, "inside")  # the form comes back as it was: still the run's
+    assert not changed() and at.success
+    at.number_input(key="spec:train.-.seed").set_value(9).run()
+    assert changed() == [f"This result is of {view.label}; the form has changed since: Train to run the form's "
+                         "set-up."]
+    at.number_input(key="spec:train.-.seed").set_value(spec.train.seed).run()
+    assert not changed()
+
+
+def in_page_order(node):
+    """The page's elements and blocks in the order the reader sees them."""
+    yield node
+    for child in getattr(node, "children", {}).values():
+        yield from in_page_order(child)
+
+
+def test_a_diverged_tau_run_shows_three_lines_then_the_detail_folded(open_page):
+    spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"model.depth": 30, "train.steps": 20})
+    at = open_page("train", query=query_of(spec))
+    view = train_until_done(at)
+    assert view.status == "diverged" and not at.exception
+    diagnosis = explorer.diagnose(spec)
+    lines = diagnosis.summary_lines(view)
+    assert len(lines) == 3 and lines[0].startswith("The stream grew")
+    elements = list(in_page_order(at.main))
+    warning = next(w for w in at.warning if "Diverged at step" in w.value)
+    shown = plain(warning.value).split("\n")
+    assert shown[-4:] == ["", *(f"- {line}" for line in lines)]  # a list of its own after the page's words
+    detail = next(e for e in at.expander if e.label == "Diagnosis: why, in detail")
+    position = {id(e): i for i, e in enumerate(elements)}
+    assert position[id(warning)] < position[id(detail)]
+    assert not detail.proto.expanded  # folded
+    assert [plain(m.value) for m in detail.markdown] == [diagnosis.explain(view)]
+    table = detail.table[0].value
+    assert list(table.columns)[0] == "verdict" and "n/a" not in set(table["verdict"])
+    assert list(table["quantity"]) == [q.name for q in diagnosis.quantities]

@@ -131,3 +131,84 @@ def test_the_estimate_covers_what_a_run_takes(measured, model, optimizer):
               f"{activations / MB:.1f}), the run took {took / MB:.1f} MB")
     assert estimate >= took, report
     assert estimate <= FACTOR * took + FLOOR_MB * MB, report
+
+
+# ---- probing a trained model ---------------------------------------------------------------------------
+# A ViT at patch 2 on 16 x 16 shapes: 65 tokens of width 16, so param-jacobian stacks 2 x 65 x 16 = 2080 rows and
+# each row's batched backward keeps the inputs' heads x 65^2 attention maps. The topologies that mix every earlier
+# block's output into each block (cascaded, GRN-v3, DCA) and a ViT without norms (as a diverging run draws it).
+VIT = {"data.name": "shapes", "data.size": 16, "data.n_train": 48, "data.n_val": 16, "model.name": "vit",
+       "model.patch": 2, "model.width": 16, "model.depth": 4, "model.heads": 4, "model.mlp_ratio": 2.0}
+PROBED = {
+    "vit-dca": ({**VIT, "topology.name": "dca"}, "param-jacobian", 2),
+    "vit-cascaded": ({**VIT, "topology.name": "cascaded"}, "param-jacobian", 2),
+    "vit-grn-v3": ({**VIT, "topology.name": "grn-v3"}, "param-jacobian", 1),
+    "vit-no-norm": ({**VIT, "model.norm": "none", "topology.name": "none"}, "param-jacobian", 2),
+    "vit-dca-jacobian": ({**VIT, "topology.name": "dca"}, "jacobian", 2),
+}
+PROBE_FACTOR = 8.0  # the estimate may be this many times the peak (jacrev's chunks are sized from the same cap)
+
+PROBE_CHILD = textwrap.dedent("""
+    import gc, json, os, sys
+
+    import torch
+
+    torch.set_num_threads(1)
+    import explorer
+
+    def peak():  # the resident high-water mark since the last reset (/proc/self/clear_refs)
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM"))
+
+    jobs = json.loads(sys.stdin.read())
+    tiny = explorer.ExperimentSpec.from_json(jobs[0][1]).with_values({"model.depth": 1, "model.heads": 1})
+    model, data = explorer.build(tiny)  # torch.func, the math attention kernel and LAPACK loaded once, here
+    for name in {job[2] for job in jobs}:
+        explorer.probe(model, data.x_val[:1], name)
+    del model, data
+    gc.collect()
+    for label, spec, name, inputs in jobs:
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read)
+            model, data = explorer.build(explorer.ExperimentSpec.from_json(spec))
+            x = data.x_val[:inputs]
+            gc.collect()
+            with open("/proc/self/clear_refs", "w") as hwm:
+                hwm.write("5")
+            baseline = peak()
+            explorer.probe(model.eval(), x, name, max_inputs=inputs)
+            os.write(write, json.dumps([label, peak() - baseline]).encode())
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as answer:
+            text = answer.read()
+        _, status = os.waitpid(pid, 0)
+        print(text if status == 0 else json.dumps([label, f"the child exited with status {status}"]), flush=True)
+""")
+
+
+def probed_spec(label: str) -> explorer.ExperimentSpec:
+    return explorer.ExperimentSpec.default().with_values(PROBED[label][0])
+
+
+@pytest.fixture(scope="module")
+def probe_peaks() -> dict[str, int | str]:
+    """{label: bytes the probe's peak added to the resident set, or why it could not run}."""
+    jobs = [(label, probed_spec(label).to_json(), name, inputs) for label, (_, name, inputs) in PROBED.items()]
+    done = subprocess.run([sys.executable, "-c", PROBE_CHILD], input=json.dumps(jobs), capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **MEASURING})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(line) for line in done.stdout.splitlines() if line.startswith("["))
+
+
+@pytest.mark.parametrize("label", PROBED)
+def test_the_probe_estimate_covers_its_peak(probe_peaks, label):
+    _, name, inputs = PROBED[label]
+    took = probe_peaks[label]
+    assert isinstance(took, int), took
+    estimate = budget.probe_bytes(probed_spec(label), {name: {}}, inputs)[name]
+    report = f"{name} on {inputs} input(s): estimated {estimate / MB:.1f} MB, its peak added {took / MB:.1f} MB"
+    assert estimate >= took, report
+    assert estimate <= PROBE_FACTOR * took + FLOOR_MB * MB, report

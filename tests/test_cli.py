@@ -325,3 +325,27 @@ def test_a_reader_that_stops_early_gets_no_traceback(argv):
     err = child.stderr.read().decode()
     assert child.wait(timeout=120) in (0, 141), err
     assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err, err
+
+
+def test_batch_norm_on_one_training_example_is_refused_in_one_line(capsys):
+    code, out, err = run_cli(capsys, "train", "--preset", PRESET, "--set", "data.name=affine", "--set", "model.name=mlp",
+                             "--set", "data.n_train=1", "--set", "model.norm=batchnorm", "--no-record")
+    assert_clean_error(code, out, err, "data.n_train", "model.norm")
+    assert err.count("\n") == 1
+
+
+def test_runs_delete_refuses_a_run_being_trained_unless_forced(capsys):
+    from explorer.runs import RunLock, default_store
+
+    store = default_store()
+    run_id = store.create({}, label="training")
+    lock = RunLock(store, run_id).acquire()  # this process trains it
+    try:
+        code, out, err = run_cli(capsys, "runs", "delete", run_id[:8])
+        assert_clean_error(code, out, err, f"run {run_id[:8]} is being trained by process {os.getpid()}",
+                           "stop it first or pass --force")
+        assert [r["id"] for r in store.list()] == [run_id]
+        code, out, err = run_cli(capsys, "runs", "delete", run_id[:8], "--force")
+        assert code == 0 and run_id in out and store.list() == []
+    finally:
+        lock.release()

@@ -2,6 +2,7 @@
 where one accounts for the run."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -210,3 +211,84 @@ def test_a_diverging_dca_run_no_rule_covers_is_not_given_a_cause():
     assert not (final.value <= initial.value)  # the divergence shows in DCA's quantity (grown, or not finite) ...
     assert f"excess risk ||A - A_hat||_F^2 after training {final.measured}" in text  # ... which is reported
     assert "Try" not in text.split("Generic suspects")[0] and "floor" not in text  # and not taken for a cause
+
+
+def numbers(text: str) -> list[str]:
+    """The numbers a text quotes, as written (30.8x reads 30.8, 1.76e+03x reads 1.76e+03)."""
+    return re.findall(r"\d+(?:\.\d+)?(?:e[+-]\d+)?", text)
+
+
+def assert_projector_lines(lines: list[str], paragraph: str) -> None:
+    """Three lines of at most SUMMARY_WIDTH characters, quoting only numbers the paragraph quotes."""
+    assert len(lines) == 3, lines
+    assert all(len(line) <= explorer.diagnosis.SUMMARY_WIDTH == 90 for line in lines), [len(line) for line in lines]
+    quoted = set(numbers(paragraph))
+    assert all(set(numbers(line)) <= quoted for line in lines), (lines, paragraph)
+
+
+def test_a_diverged_tau_run_is_summed_up_in_three_lines_with_the_paragraphs_numbers():
+    spec = tau_spec("1/L^0.25")
+    run = explorer.train(spec)
+    assert run.status == "diverged"
+    diagnosis = explorer.diagnose(spec, run=run, jacobian=False)
+    lines, paragraph = diagnosis.summary_lines(run), diagnosis.explain(run)
+    assert_projector_lines(lines, paragraph)
+    growth = diagnosis.quantity("stream growth ||h_n|| / ||h_0|| at init")
+    grew, bound, remedy = lines
+    assert f"grew {growth.measured}" in grew and "depth 30" in grew and "tau = 0.43" in grew
+    assert f"grew {growth.measured}" in paragraph and "tau = 0.43 at depth 30" in paragraph
+    at_most = re.search(r"at most (\S+x)", paragraph).group(1)  # Theorem 1's bound, as the paragraph quotes it
+    assert f"at most {at_most}" in bound and "1/sqrt(L) = 0.18" in bound and "Theorem 4, Sec. 3.3" in bound
+    assert remedy == "Try tau = 1/sqrt(L) = 0.18, or lr 0.001 (the paper's)."
+    assert "Try tau = 1/sqrt(L) = 0.18" in paragraph and "Try lr 0.001" in paragraph
+    assert diagnosis.summary_lines() == lines  # the run diagnosed, by default
+    # the paragraph says in plain words where the same rule diverges at the paper's rate
+    assert "within 50 steps, diverges only from depth 50-60 on" in paragraph and "between 50 and" not in paragraph
+
+
+def test_a_stalled_dca_run_is_summed_up_in_three_lines_with_the_paragraphs_numbers():
+    spec = dca_spec("none", **{"train.steps": 1500})
+    diagnosis = explorer.diagnose(spec, run=explorer.train(spec))
+    stalled = {"status": "finished", "diverged_at": None,
+               "history": [{"step": 0, "loss": 1.0}, {"step": 50, "loss": 0.99}]}
+    lines, paragraph = diagnosis.summary_lines(stalled), diagnosis.explain(stalled)
+    assert_projector_lines(lines, paragraph)
+    risk = diagnosis.quantity("excess risk ||A - A_hat||_F^2 after training")
+    floor = tail_energy(hand_target(spec), 1)
+    assert f"reached {risk.value:.4g}" in lines[0] and f"ER* = {floor:.4g}" in lines[0]
+    assert "Theorem 4.1 (Sec. 4.1)" in lines[1] and "rank <= 1" in lines[1]
+    assert lines[2].startswith("Try GRN-v1")
+
+
+def test_a_failure_no_rule_explains_gets_three_lines_that_name_no_cause():
+    spec = explorer.preset("tau-fig1-1/L").with_values({"model.depth": 3, "train.steps": 20, "optim.lr": 50.0})
+    run = explorer.train(spec)
+    assert run.status == "diverged"
+    diagnosis = explorer.diagnose(spec, run=run, jacobian=False)
+    lines = diagnosis.summary_lines(run)
+    assert_projector_lines(lines, diagnosis.explain(run))
+    assert lines[0] == f"The run diverged at step {run.diverged_at}."
+    assert "No rule of the papers explains it" in lines[1] and "not a diagnosis" in lines[2] and "lr = 50" in lines[2]
+    assert not any("Theorem" in line or "Try" in line for line in lines)
+    finished = {"status": "finished", "diverged_at": None,
+                "history": [{"step": 0, "loss": 2.0}, {"step": 9, "loss": 0.5}]}
+    assert diagnosis.summary_lines(finished) == ["The run neither diverged nor stalled: nothing to explain."]
+
+
+def test_the_table_puts_the_verdict_first_in_words_that_say_what_differs_from_what():
+    spec = tau_spec("1/L^0.25")
+    diagnosis = explorer.diagnose(spec, run=explorer.train(spec))
+    rows = diagnosis.table()
+    assert all(list(row)[0] == "verdict" for row in rows)
+    assert not any(row["verdict"] in ("n/a", "differs", "consistent", "explains") for row in rows)
+    verdicts = {row["quantity"]: row["verdict"] for row in rows}
+    tau = diagnosis.quantity("tau vs 1/sqrt(L)")
+    assert tau.verdict == "differs"
+    assert verdicts[tau.name] == (f"differs: tau = {tau.value:.3g} is above the threshold 1/sqrt(30) = "
+                                  f"{30 ** -0.5:.3g}: the stream is not bounded")
+    assert verdicts["learning rate vs the paper's"] == "differs: lr 0.01 with sgd here, lr 0.001 with SGD in the paper"
+    # not applicable: each says why
+    for q in diagnosis.quantities:
+        if q.verdict == "n/a":
+            assert verdicts[q.name].startswith("not applicable: ") and len(verdicts[q.name]) > 30, verdicts[q.name]
+    assert "after training" in verdicts["stream growth, final weights"]

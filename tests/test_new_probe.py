@@ -70,3 +70,51 @@ def test_a_probe_registered_in_a_test_is_offered_and_drawn_on_the_train_page(ope
     assert names == ["mean_abs", "per_unit"]
     assert values[0] == f"{float(result['mean_abs']):.4g}"
     assert values[1].split(", ") == [f"{v:.4g}" for v in result["per_unit"]]
+
+
+PLUGIN = '''from explorer.probes.core import PROBES
+
+
+@PROBES.register("plugin-scale", "mean |input| of the batch (a probe from the plug-in folder)")
+def plugin_scale(model, inputs):
+    return {"mean_abs": inputs.abs().mean()}
+'''
+
+
+def test_a_probe_file_in_the_plugin_folder_registers_in_a_fresh_interpreter(tmp_path):
+    """EXPLORER_PLUGINS_DIR names a folder outside the package: importing the library imports each file in it
+    (as a server's worker does), and the probe runs like a built-in one."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "scale.py").write_text(PLUGIN)
+    (tmp_path / "_skipped.py").write_text("raise RuntimeError('a file starting with _ is not a plug-in')\n")
+    code = ("import torch, explorer; from explorer.probes import PROBES, probe; "
+            "model = torch.nn.Linear(2, 2); "
+            "print(float(probe(model, torch.ones(3, 2), 'plugin-scale')['mean_abs']))")
+    env = {**os.environ, "EXPLORER_PLUGINS_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["1.0"]
+
+
+def test_the_plugin_folder_setting_and_a_broken_plugin_each_say_what_to_fix(tmp_path, monkeypatch):
+    from explorer.registries import SpecError, import_files
+    from explorer.settings import SettingError, plugins_folder
+
+    monkeypatch.delenv("EXPLORER_PLUGINS_DIR", raising=False)
+    assert plugins_folder() is None
+    monkeypatch.setenv("EXPLORER_PLUGINS_DIR", str(tmp_path))
+    assert plugins_folder() == tmp_path
+    monkeypatch.setenv("EXPLORER_PLUGINS_DIR", str(tmp_path / "missing"))
+    with pytest.raises(SettingError) as error:
+        plugins_folder()
+    assert error.value.path == "EXPLORER_PLUGINS_DIR" and "not a folder" in str(error.value)
+
+    (tmp_path / "broken.py").write_text("import no_such_module_here\n")
+    with pytest.raises(SpecError) as error:
+        import_files(tmp_path, "explorer_test_plugin_")
+    assert error.value.path.endswith("broken.py") and "ModuleNotFoundError" in str(error.value)
+    import sys
+    assert "explorer_test_plugin_broken" not in sys.modules  # a fixed file is imported on the next try

@@ -241,6 +241,48 @@ def test_the_store_records_the_rewires_and_the_plot_marks_them():
         sorted([math.log10(n + 1), math.log10(9)]))
 
 
+def test_a_second_rewire_at_the_same_step_replaces_the_first():
+    spec, n = rewire_spec(**{"train.steps": 12}), 4
+    second = {"name": "shortcuts", "shortcuts": "0:3*0.25", "learnable": False}
+
+    def edit(event):
+        if event.kind == "log" and event.step == n:
+            for design in (REWIRE, {"shortcuts": "0:1"}, second):
+                event.run.rewire(design)
+            assert len(event.run.rewires) == 1 and event.run.spec.topology.to_dict() == second
+
+    run = explorer.train(spec, callbacks=[edit])
+    assert run.rewires == [{"step": n, "topology": second}]
+    once = explorer.train(spec, rewire={n: second})
+    assert losses(run) == losses(once) and run.rewires == once.rewires
+
+
+def test_a_run_is_rewired_at_most_max_rewires_times():
+    from explorer.training import MAX_REWIRES
+
+    cap = MAX_REWIRES
+    spec = rewire_spec(**{"train.steps": cap + 3})
+    designs = [{"name": "shortcuts", "shortcuts": f"0:{2 + k % 2}"} for k in range(cap + 2)]
+    refused = []
+
+    def edit(event):
+        if event.kind == "log" and event.step <= cap:
+            try:
+                event.run.rewire(designs[event.step])
+            except explorer.SpecError as error:
+                refused.append((event.step, error))
+
+    run = explorer.train(spec, callbacks=[edit])
+    assert len(run.rewires) == cap and run.status == "finished"
+    assert [step for step, _ in refused] == [cap]  # the one past the cap, at step `cap`; the run went on
+    error = refused[0][1]
+    assert error.path == "rewire" and "\n" not in str(error)
+    assert f"rewired {cap} times" in error.message and "start a new run" in error.message
+    with pytest.raises(explorer.SpecError, match=f"more than the {cap}") as too_many:
+        explorer.train(spec, rewire={step: designs[step] for step in range(cap + 1)})
+    assert too_many.value.path == "rewire"
+
+
 # ---- the app's worker ----------------------------------------------------------------------------------
 
 def test_a_paused_job_is_rewired_by_its_worker(worker_pool):
@@ -262,6 +304,12 @@ def test_a_paused_job_is_rewired_by_its_worker(worker_pool):
     held = view.steps_done
     assert view.rewires == [{"step": held, "topology": REWIRE, "change": "+0:3*0.5,learnable"}]
     assert view.rewire_error is None and view.as_run()["rewires"] == view.rewires
+    second = {"name": "shortcuts", "shortcuts": "0:3*0.25", "learnable": False}
+    queue.rewire(job.id, second)  # again at the same step: it replaces the first, and says so against the start
+    wait_for(lambda: job.view().rewires[-1]["topology"] == second)
+    assert job.view().rewires == [{"step": held, "topology": second, "change": "+0:3*0.25,-0:2"}]
+    queue.rewire(job.id, REWIRE)
+    wait_for(lambda: job.view().rewires[-1]["topology"] == REWIRE)
     job.resume()
     view = jobs.wait(job)
     assert view.status == "finished"

@@ -266,6 +266,55 @@ def test_delete_removes_rows_and_checkpoint(store):
     assert store.checkpoint_path(keep).exists() and [r["id"] for r in store.list()] == [keep]
 
 
+def _with_rows(store) -> str:
+    run_id = store.create({})
+    store.append_history(run_id, [{"step": 0, "loss": 1.0}])
+    store.save_checkpoint(run_id, {"step": 0, "w": torch.ones(2)})
+    return run_id
+
+
+def test_delete_refuses_a_run_this_process_is_training_unless_forced(store):
+    import socket
+
+    run_id = _with_rows(store)
+    lock = runs.RunLock(store, run_id).acquire()  # as a StoreRecorder holds it while it trains
+    try:
+        with pytest.raises(runs.RunBusy) as refused:
+            store.delete(run_id[:8])
+        message = str(refused.value)
+        assert f"process {os.getpid()} on {socket.gethostname()}" in message and "--force" in message
+        assert "\n" not in message and "stop it first" in message
+        assert store.get(run_id)["history"] and store.checkpoint_path(run_id).exists()  # nothing removed
+        assert store.delete(run_id, force=True) == run_id
+        assert not store.checkpoint_path(run_id).exists() and store.list() == []
+    finally:
+        lock.release()
+
+
+def test_delete_refuses_while_another_process_trains_the_run_and_goes_ahead_once_it_ends(store, capsys):
+    run_id = _with_rows(store)
+    child = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from explorer.runs import RunLock, default_store
+        lock = RunLock(default_store(), {run_id!r}).acquire()
+        print("held", flush=True)
+        time.sleep(600)
+    """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        with pytest.raises(runs.RunBusy, match=f"process {child.pid} on "):
+            store.delete(run_id)
+        assert main(["runs", "delete", run_id[:8]]) == 2
+        err = capsys.readouterr().err
+        assert f"process {child.pid}" in err and "--force" in err and err.count("\n") == 1
+        assert store.get(run_id)["history"] and store.checkpoint_path(run_id).exists()
+    finally:
+        child.terminate()  # the system drops its lock
+        child.wait(timeout=60)
+    assert main(["runs", "delete", run_id[:8]]) == 0
+    assert store.list() == [] and not store.checkpoint_path(run_id).exists()
+
+
 # ---- schema migrations ------------------------------------------------------------------------------
 
 def test_migrations_bring_an_old_store_forward(home, monkeypatch):

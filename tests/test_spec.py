@@ -434,3 +434,61 @@ def test_check_runnable_refuses_a_device_a_spec_cannot_name():
     with pytest.raises(SpecError) as refused:
         ExperimentSpec.default().check_runnable("tpu")
     assert refused.value.path == "device" and "auto, cpu, cuda" in refused.value.message
+
+
+# ---- batch norm needs two values per channel in every batch ----------------------------------------
+
+_AFFINE_BN = {"data.name": "affine", "data.dim": 4, "data.n_val": 4, "model.norm": "batchnorm", "model.depth": 2,
+              "model.width": 4, "train.steps": 2, "train.log_every": 1}
+
+
+@pytest.mark.parametrize("changes, path", [
+    ({"data.n_train": 1}, "data.n_train"),  # min(batch_size=128, n_train=1) = 1
+    ({"data.n_train": 1, "train.batch_size": 1}, "data.n_train"),
+    ({"data.n_train": 1, "optim.name": "gd"}, "data.n_train"),  # full batch: the whole training set, 1 example
+    ({"data.n_train": 2, "train.batch_size": 1}, "train.batch_size"),
+], ids=["n_train-1", "both-1", "full-batch-n_train-1", "batch_size-1"])
+def test_batch_norm_with_batches_of_one_example_is_refused_naming_the_field(changes, path):
+    with pytest.raises(SpecError) as refused:
+        ExperimentSpec.default().with_values({**_AFFINE_BN, **changes})
+    message = str(refused.value)
+    assert refused.value.path == path and "\n" not in message
+    assert f"set {path}" in message and "model.norm" in message and "2 or more" in message
+
+
+def test_batch_norm_trains_with_the_smallest_batch_it_accepts():
+    """Two training examples (batches of 2) train; so does a CIFAR ResNet on one image, whose batch norms
+    normalise over every pixel of the feature maps as well."""
+    run = explorer.train(ExperimentSpec.default().with_values({**_AFFINE_BN, "data.n_train": 2}))
+    assert run.status == "finished"
+    images = ExperimentSpec.default().with_values({
+        "data.name": "shapes", "data.size": 16, "data.n_train": 1, "data.n_val": 2, "model.name": "resnet-cifar",
+        "model.depth": 8, "model.width": 4, "train.steps": 2, "train.log_every": 1})
+    assert explorer.train(images).status == "finished"
+
+
+def test_the_fuzzers_batch_norm_spec_on_one_example_is_refused():
+    """A spec the fuzzer drew (seed 404, spec 355, before the registries grew): it trained into torch's
+    "Expected more than 1 value per channel when training"."""
+    drawn = {"data": {"name": "affine", "dim": 100, "n_train": 1, "n_val": 1000},
+             "model": {"name": "mlp", "width": 1214, "hidden_ratio": 2.0, "norm": "batchnorm", "bias": True},
+             "topology": {"name": "ancre", "normalization": "ingoing"}, "init": {"name": "rezero"},
+             "optim": {"name": "adagrad", "weight_decay": 0.0, "warmup_steps": 0},
+             "train": {"batch_size": 128, "device": "cpu", "log_every": 2}}
+    with pytest.raises(SpecError) as refused:
+        ExperimentSpec.from_dict(drawn)
+    assert refused.value.path == "data.n_train" and "batch norm" in refused.value.message
+
+
+def test_the_train_page_refuses_batch_norm_on_one_example_in_one_line(open_page):
+    from conftest import plain
+
+    at = open_page("train", query={"data": "affine", "model.norm": "batchnorm"})
+    at.number_input(key="spec:data.affine.n_train").set_value(1).run()
+    assert not at.exception
+    shown = [plain(e.value) for e in at.error if "data.n_train" in plain(e.value)]
+    assert shown and all("\n" not in m.strip() and "batch norm" in m and "model.norm" in m for m in shown), shown
+    assert at.button(key="train-start").disabled
+    linked = open_page("train", query={"data": "affine", "data.n_train": "1", "model.norm": "batchnorm"})
+    assert not linked.exception
+    assert len([e for e in linked.error if "data.n_train" in plain(e.value)]) == 1  # the link's one line

@@ -161,12 +161,47 @@ def test_build_gives_a_module_and_batches():
     assert next(model.parameters()).device.type == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
+# Each preset's model, topology, init and optimizer, trained on a small sample of its own data (at most these
+# many examples, characters and a batch this large); the data sets at full scale are checked by FULL_SCALE.
+SMALL_DATA = {"data.n_train": 64, "data.n_val": 16, "data.max_chars": 20000, "data.val_fraction": 0.05,
+              "train.batch_size": 16}
+
+
+def small_data(spec: explorer.ExperimentSpec) -> dict:
+    """The SMALL_DATA values that make `spec` smaller (a field it has, whose value is larger or unbounded)."""
+    values = spec.to_dict()
+    changes = {}
+    for path, small in SMALL_DATA.items():
+        section, field = path.split(".")
+        value = values[section].get(field)
+        if value is not None and (value > small or value == 0 and field == "max_chars"):
+            changes[path] = small
+    return changes
+
+
 @pytest.mark.parametrize("name", list(explorer.registry("presets")))
 def test_every_preset_trains_a_few_steps(name):
-    spec = explorer.preset(name).with_values({"train.steps": 3, "train.log_every": 1})
-    run = explorer.train(spec)
+    spec = explorer.preset(name)
+    small = spec.with_values({**small_data(spec), "train.steps": 3, "train.log_every": 3})
+    assert small.model == spec.model and small.topology == spec.topology and small.init == spec.init
+    run = explorer.train(small)
     assert run.status in ("finished", "diverged")
     assert len(run.history) >= 1 and math.isfinite(run.history[0]["loss"])
+
+
+# one preset per data set of the presets, its data at full scale: the first of each, and for text the plain
+# Transformer (the ANCRe cascades cost several times more per step)
+FULL_SCALE = {"text": "dca-table7-transformer"}
+for _name in explorer.registry("presets"):
+    FULL_SCALE.setdefault(explorer.preset(_name).data.name, _name)
+
+
+@pytest.mark.parametrize("name", sorted(FULL_SCALE.values()))
+def test_a_preset_of_each_data_set_trains_at_full_data_scale(name):
+    run = explorer.train(explorer.preset(name).with_values({"train.steps": 3, "train.log_every": 1}))
+    assert run.status in ("finished", "diverged")
+    assert [row["step"] for row in run.history] == [0, 1, 2, 3][:len(run.history)]
+    assert math.isfinite(run.history[0]["loss"]) and math.isfinite(run.history[0]["val_loss"])
 
 
 # every registered topology that runs outside Transformers, with each example it declares (TopologyInfo.examples)

@@ -2,10 +2,12 @@
 
 A drawn design is nothing but the form's `topology.shortcuts` text, written in its canonical form
 (`explorer.shortcuts_text`): it lands in the address bar, the run store, Compare and `explorer train --set`
-as a typed one does, and the form validates it the same way. The matrix has a row per target layer j (1..L)
-and a column per source i (0 = the input .. L-1); every cell i:j with i < j is clickable, the cells j-1:j
-included: the identity skip around block j, the standard residual's (as in the preset ancre-fig2b-0:1). Plotly heatmaps emit no point clicks under Streamlit's selection, so a
-scatter trace of one marker per clickable cell takes the clicks.
+as a typed one does, and the form validates it the same way. The matrix has a row per target state x_j (block j's
+output, 1..L) and a column per source state x_i (0 = the input .. L-1), as `explorer.SHORTCUT_NOTATION` defines
+i:j; every cell i:j with i < j is clickable, the cells j-1:j included: the identity skip around block j, the
+standard residual's (as in the preset ancre-fig2b-0:1). Each cell's hover is `explorer.describe_shortcut`'s
+sentence. Plotly heatmaps emit no point clicks under Streamlit's selection, so a scatter trace of one marker per
+clickable cell takes the clicks.
 
 While the session's run is paused, a changed design rewires the running model (`rewire_if_edited`): the
 job queue's `rewire` changes its shortcuts at the step it holds, keeping its block weights.
@@ -81,7 +83,8 @@ def clickable(blocks: int) -> list[tuple[int, int]]:
 
 
 def design_figure(blocks: int, design: dict[tuple[int, int], float], selected: tuple[int, int] | None = None) -> go.Figure:
-    """The design as a matrix: rows target layer j (1..L), columns source i (0..L-1), every cell labelled i:j.
+    """The design as a matrix: rows the target state x_j (block j's output, 1..L), columns the source state x_i
+    (0 = the input .. L-1), every cell labelled i:j and hovered with `explorer.describe_shortcut`'s sentence.
 
     A shortcut's cell is coloured by its weight (a diverging scale centred at 0); the cells j - 1:j, the skips
     around one block (the standard residual's), are grey while off and say "around block j"; the cells above
@@ -92,12 +95,15 @@ def design_figure(blocks: int, design: dict[tuple[int, int], float], selected: t
     weight = np.full((blocks, blocks), np.nan)
     chain = np.full((blocks, blocks), np.nan)
     labels = [["" for _ in sources] for _ in targets]
+    said = [["" for _ in sources] for _ in targets]  # the chain cells' hovers
     for j in targets:
         for i in range(j):
             on = design.get((i, j))
             if i == j - 1 and on is None:
                 chain[j - 1, i] = 0.0
                 labels[j - 1][i] = f"{i}:{j}<br>around block {j}"
+                said[j - 1][i] = (f"{explorer.describe_shortcut(i, j, blocks)}: the identity skip around block {j} "
+                                  "(the standard residual's)")
             else:
                 weight[j - 1, i] = 0.0 if on is None else on
                 labels[j - 1][i] = f"{i}:{j}" if on is None or on == 1.0 else f"{i}:{j}<br>×{on:g}"
@@ -105,7 +111,7 @@ def design_figure(blocks: int, design: dict[tuple[int, int], float], selected: t
     fig = go.Figure()
     fig.add_trace(go.Heatmap(x=sources, y=targets, z=chain, colorscale=[[0, CHAIN], [1, CHAIN]], showscale=False,
                              text=labels, texttemplate="%{text}", textfont=dict(size=11, color="#5f6368"),
-                             hovertemplate="x_%{x} → x_%{y}: the identity skip around block %{y} (the standard residual's)<extra></extra>",
+                             customdata=said, hovertemplate="%{customdata}<extra></extra>",
                              xgap=2, ygap=2, name="chain"))
     fig.add_trace(go.Heatmap(x=sources, y=targets, z=weight, colorscale="RdBu", reversescale=True, zmid=0.0,
                              zmin=-span, zmax=span, text=labels, texttemplate="%{text}", textfont=dict(size=11),
@@ -114,17 +120,19 @@ def design_figure(blocks: int, design: dict[tuple[int, int], float], selected: t
     cells = clickable(blocks)
     fig.add_trace(go.Scatter(
         x=[i for i, _ in cells], y=[j + MARKER_DY for _, j in cells], mode="markers", name="shortcuts",
-        customdata=[[i, j, "remove" if (i, j) in design else "add"] for i, j in cells],
+        customdata=[[i, j, "remove" if (i, j) in design else "add",
+                     explorer.describe_shortcut(i, j, blocks, design.get((i, j), 1.0))] for i, j in cells],
         marker=dict(size=11, symbol=["circle" if c in design else "circle-open" for c in cells],
                     color=[ON if c in design else OFF for c in cells],
                     line=dict(width=[3 if c == selected else 1.5 for c in cells],
                               color=["#f9ab00" if c == selected else (ON if c in design else OFF) for c in cells])),
-        hovertemplate="%{customdata[0]}:%{customdata[1]}: click to %{customdata[2]} this shortcut<extra></extra>"))
+        hovertemplate="%{customdata[3]}<br>click to %{customdata[2]} this shortcut<extra></extra>"))
     fig.update_layout(
         title=dict(text=f"Design: {explorer.shortcuts_text(design) or 'no shortcut'}"),
-        xaxis=dict(title=dict(text="source i (0 = the input)"), tickmode="array", tickvals=sources,
+        xaxis=dict(title=dict(text=f"from {explorer.state_label(0)} or x_i (block i's output)"), tickmode="array",
+                   tickvals=sources,
                    range=[-0.5, blocks - 0.5], fixedrange=True, showgrid=False, zeroline=False),
-        yaxis=dict(title=dict(text="target layer j"), tickmode="array", tickvals=targets,
+        yaxis=dict(title=dict(text="into x_j (block j's output)"), tickmode="array", tickvals=targets,
                    range=[blocks + 0.5, 0.5], fixedrange=True, showgrid=False, zeroline=False),
         height=min(160 + 52 * blocks, 640), margin=dict(l=60, r=20, t=50, b=50), showlegend=False,
         plot_bgcolor="white", clickmode="event+select", dragmode=False)
@@ -193,9 +201,9 @@ def render(raw: dict) -> None:
     key = f"design-matrix-{st.session_state.get(CLICKS, 0)}"
     st.plotly_chart(design_figure(blocks, design, cell), key=key, on_select=lambda: _clicked(key, blocks),
                     selection_mode="points", config={"displaylogo": False, "displayModeBar": False}, theme=None)
-    st.caption(f"Click a cell i:j to add or remove the shortcut from layer i's output to layer j's input "
-               f"(0 is the input; {blocks} blocks). A grey cell j-1:j is the identity skip around block j, the "
-               "standard residual's. The design is the sidebar's **shortcuts** field: type there to paste one.")
+    st.caption(f"Click a cell i:j to add or remove that shortcut ({blocks} blocks): {explorer.SHORTCUT_NOTATION}. "
+               "A grey cell j-1:j is the identity skip around block j, the standard residual's. The design is the "
+               "sidebar's **shortcuts** field: type there to paste one.")
     if not names:
         return
     left, middle, right = st.columns([1, 1, 1], vertical_alignment="bottom")
@@ -215,37 +223,20 @@ def render(raw: dict) -> None:
 TRIES = "challenge-tries"  # job id -> the session's scored run of a challenge design (its table row), or None
 
 
-def challenge_design(spec) -> str | None:
-    """The challenge design `spec` is (its shortcuts text, "none" for the plain chain), or None when `spec` is not
-    the challenge's set-up wired with a valid design."""
-    from explorer import challenge
-
-    design = spec.topology.params.get("shortcuts", "") if spec.topology.name == TOPOLOGY else "none"
-    try:
-        wired = challenge.challenge_spec(design)
-    except SpecError:
-        return None
-    return design if wired.to_dict() == spec.to_dict() else None
-
-
-def scored_tries(jobs) -> list[dict]:
-    """This session's ended runs of challenge designs, each scored once (steps to the target loss, None: not
-    reached), best first, each design once. Kept in the session only: another browser has its own table."""
-    from types import SimpleNamespace
-
+def scored_tries(jobs) -> tuple[list[dict], list[str]]:
+    """This session's ended runs, each judged once (explorer.challenge.judge): the scored ones (steps to the target
+    loss, None: not reached) best first, each design once, and one line per run that is not scored saying why.
+    Kept in the session only: another browser has its own table."""
     from explorer import challenge
 
     tries = st.session_state.setdefault(TRIES, {})
     for job in jobs:
         if job.id in tries or getattr(job, "kind", None) != "train" or job.active:
             continue
-        design = challenge_design(job.spec)
-        view = job.view() if design is not None else None
-        if view is None or view.status != "finished" or not view.history or getattr(view, "rewires", None):
-            tries[job.id] = None  # not a challenge run, or one that did not train its design to the end
-            continue
-        tries[job.id] = challenge.entry(design, SimpleNamespace(history=view.history, final=view.history[-1]))
-    return challenge.ranked(row for row in tries.values() if row is not None)
+        view = job.view()
+        tries[job.id] = {**challenge.judge(job.spec, view.history, view.status, view.rewires), "label": view.label}
+    unscored = [f"{row['label']}: {row['why']}" for row in tries.values() if "why" in row]
+    return challenge.ranked(row for row in tries.values() if "why" not in row), unscored
 
 
 def _load_challenge() -> None:
@@ -288,14 +279,17 @@ def challenge_panel(jobs, spec) -> None:
     refused = challenge_refusal(spec)
     if refused is not None:
         st.warning(f"Not a challenge design: {messages.spec_error(refused)}", icon=":material/block:")
-    rows = scored_tries(jobs)
+    rows, unscored = scored_tries(jobs)
     if rows:
         st.dataframe([{"design": r["design"], "shortcuts": r["shortcuts"],
                        f"steps to {task.target_loss:g}": "not reached" if r["steps"] is None else r["steps"],
-                       "last loss": r["final_loss"]} for r in rows],
+                       "last loss": "not finite" if r["final_loss"] is None else f"{r['final_loss']:.3g}"}
+                      for r in rows],
                      hide_index=True, key="challenge-table")
     else:
         st.caption("Your scored designs appear here (this session only).")
+    if unscored:
+        st.markdown("**Not scored:**\n" + "\n".join(f"- {messages.escape(line)}" for line in unscored))
     if st.toggle("Show the papers' answer", key="challenge-reveal"):
         answer = challenge.reference(measure=False)  # the server trains nothing itself: Train it to measure it
         steps = "train it to see its steps"

@@ -1,6 +1,7 @@
 """The run's diagnosis, the same on Train, Inside and Compare: `explorer.diagnose` on the run's spec (the papers'
 quantities measured on its model at initialisation, built with the run's seed, against each theory's prediction),
-its explanation of a diverged or stalled run, and the table behind it."""
+in two levels: three short lines a projector can show (`explanation`), then, folded, the full paragraph and the
+table behind it (`show_table`)."""
 
 from __future__ import annotations
 
@@ -10,14 +11,6 @@ import explorer
 from explorer.registries import SpecError
 
 from . import messages
-
-COLUMNS = {  # widths that keep the table's five columns readable at 1280 px
-    "quantity": st.column_config.TextColumn(width="medium"),
-    "measured": st.column_config.TextColumn(width="small"),
-    "predicted / threshold": st.column_config.TextColumn(width="large"),
-    "paper": st.column_config.TextColumn(width="medium"),
-    "verdict": st.column_config.TextColumn(width="small"),
-}
 
 
 def compute(spec) -> explorer.Diagnosis | str:
@@ -32,19 +25,30 @@ def compute(spec) -> explorer.Diagnosis | str:
 
 
 def explanation(diagnosis: explorer.Diagnosis | str, run) -> str:
-    """Why `run` diverged or stalled, in the papers' terms (escaped markdown), or the line saying why not."""
-    return messages.escape(diagnosis.explain(run)) if isinstance(diagnosis, explorer.Diagnosis) else diagnosis
+    """Why `run` diverged or stalled in three short lines (`Diagnosis.summary_lines`: what grew, the bound it
+    broke, what to try) as escaped markdown: a list after a paragraph break, so that the lines stand apart from
+    the page's own words before them. Or the line saying why there is no diagnosis."""
+    if not isinstance(diagnosis, explorer.Diagnosis):
+        return diagnosis
+    return "\n\n" + "\n".join(f"- {messages.escape(line)}" for line in diagnosis.summary_lines(run))
 
 
-def show_table(table: list | explorer.Diagnosis | str | None, expanded: bool = False) -> None:
-    """The measured quantities against their predictions (a diagnosis, or its table's rows), folded (open when
-    the run failed); nothing for a line saying why there is no diagnosis."""
+def show_table(table: list | explorer.Diagnosis | str | None, expanded: bool = False, run=None) -> None:
+    """The detail, folded (open when `expanded`): for a diagnosis and the `run` that failed, the full paragraph
+    (`Diagnosis.explain`) above the table of the measured quantities against their predictions (a diagnosis, or
+    its table's rows); the verdict comes first and every cell wraps, so all of it reads at 1280 px. Nothing for
+    a line saying why there is no diagnosis."""
+    detail = None
     if isinstance(table, explorer.Diagnosis):
+        if run is not None and explorer.diagnosis.outcome(run).failed:
+            detail = table.explain(run)
         table = table.table()
     if not table or isinstance(table, str):
         return
-    with st.expander("Diagnosis: the papers' quantities on this model", icon=":material/troubleshoot:",
-                     expanded=expanded):
+    label = "Diagnosis: why, in detail" if detail else "Diagnosis: the papers' quantities on this model"
+    with st.expander(label, icon=":material/troubleshoot:", expanded=expanded):
+        if detail:
+            st.markdown(messages.escape(detail))
         st.caption("Measured on the model at initialisation (built with the run's seed), against each paper's "
                    "prediction or bound; the verdict says how it stands.")
-        st.dataframe(table, hide_index=True, column_config=COLUMNS)
+        st.table(table, hide_index=True)

@@ -3,10 +3,12 @@
 One `JobQueue` per server (the app keeps it in `st.cache_resource`) has `max_jobs` slots, the threads of a
 ThreadPoolExecutor: a job in a slot runs in a pre-started worker process (explorer_app.workers), so training
 never holds the server's interpreter, and the slot's thread relays the worker's messages to the job; later
-jobs wait in line in submission order. Jobs belong to the browser session that submitted them: a session may
-have at most `max_per_session` active jobs, and the queue's reaper stops a session's jobs `grace_s` seconds
-after the session ends (its tab closed), so an orphan does not hold a slot others wait for. `jobs()` lists
-every job for an operator, who may stop any.
+jobs wait in line in submission order, at most `max_queued` of them. Jobs belong to the browser session that
+submitted them: a browser (all its tabs) may have at most `max_per_session` active jobs and a network address (all
+its browsers: a new cookie is a new browser, not a new address) at most `max_per_address`; a submit past a cap is
+refused (SessionLimit, naming the cap) before anything is queued, all of a batch or none (`submit_many`). The
+queue's reaper stops a session's jobs `grace_s` seconds after the session ends (its tab closed), so an orphan does
+not hold a slot others wait for. `jobs()` lists every job for an operator, who may stop any.
 
 A `Job` is the server's copy of one job, one subclass per kind: a `TrainJob` (a run the worker records in
 the run store itself; Pause, Step and Stop act at its logged steps, `train.log_every`), a `ClaimsJob`
@@ -44,6 +46,7 @@ ACTIVE = ("queued", "starting", "running", "paused")  # a job in one of these ma
 SETTINGS = ("EXPLORER_MAX_DATA_MB", "EXPLORER_MAX_MODEL_MB", "EXPLORER_DATA_CACHE_MB", "EXPLORER_DATA_DIR",
             "EXPLORER_HOME", "EXPLORER_FAST", "EXPLORER_WORKER_IDLE_MB")  # the server's settings a worker takes
 SLOT_THREAD = "explorer-job-slot"  # the name of the slots' threads (and a number)
+CANCEL_GRACE_S = 3.0  # seconds a stopped probe job's worker has to finish its probe before it is killed
 
 # When the interpreter exits, concurrent.futures joins the executors' threads (a hook it registers with
 # threading when imported, above). This hook, registered after it, runs before it: a slot relaying a job stops
@@ -387,6 +390,12 @@ class TrainJob(Job):
             case Recorded(run_id=run_id):
                 self._run_id = run_id
             case Rewired(step=step, topology=topology, change=change):
+                if self._rewires and self._rewires[-1]["step"] == step:  # it replaced the rewire waiting at this step
+                    from explorer.topology.shortcuts import describe_change
+
+                    self._rewires.pop()
+                    before = self._rewires[-1]["topology"] if self._rewires else self.spec.topology.to_dict()
+                    change = describe_change(before, topology)
                 self._rewires.append({"step": step, "topology": dict(topology), "change": change})
                 self._rewire_error = None
             case RewireRefused(reason=reason):
@@ -455,8 +464,9 @@ class ClaimsJob(Job):
 class ProbeJob(Job):
     """The Inside page's probes ({name: options}, one after another) of a trained model on its first `inputs`
     validation examples, in a worker: the weights of run `run_id` in `store` (its checkpoint), or `state` (a
-    state_dict of a run still training, taken at `step`). Each probe may run `seconds`; past that, or when
-    stopped, the worker is killed (a probe is one long computation: it cannot stop half-way)."""
+    state_dict of a run still training, taken at `step`). Each probe may run `seconds`; past that the worker is
+    killed (a probe is one long computation: it cannot stop half-way). Stopped, the worker skips the probes left
+    and takes the next job; one still inside a probe CANCEL_GRACE_S later is killed."""
 
     kind = "probe"
 
@@ -482,6 +492,7 @@ class ProbeJob(Job):
         self._current: str | None = None
         self._probe_step: int | None = step
         self._since = float("inf")  # time.monotonic() when the current probe started
+        self._stop_seen: float | None = None  # time.monotonic() when the slot's thread first saw it stopped
 
     @property
     def total(self) -> int:
@@ -510,7 +521,11 @@ class ProbeJob(Job):
 
     def _cut_short(self) -> bool:
         with self._lock:
-            if self._stop.is_set():
+            if self._stop.is_set():  # the worker stops before its next probe; past the grace it is killed
+                now = time.monotonic()
+                self._stop_seen = self._stop_seen or now
+                if now - self._stop_seen <= CANCEL_GRACE_S:
+                    return False
                 self._status = "stopped"
                 return True
             if self._current is not None and time.monotonic() - self._since > self.seconds:
@@ -522,7 +537,12 @@ class ProbeJob(Job):
 
 
 class SessionLimit(Exception):
-    """A session asked for more active jobs than `max_per_session` allows."""
+    """A submit refused by one of the queue's caps, nothing queued: its text (one line, no user text) says which
+    cap, how many jobs are held or ahead, and what to do; `setting` names the cap's variable."""
+
+    def __init__(self, message: str, setting: str):
+        super().__init__(message)
+        self.setting = setting
 
 
 class JobQueue:
@@ -538,16 +558,23 @@ class JobQueue:
     seconds. Without `alive` (scripts, most tests) jobs are not tied to sessions' lives.
 
     `worker_idle_mb`: a worker that still holds more resident memory after a job is replaced (None: kept).
+
+    Caps (None: none), each refusing a submit with SessionLimit: `max_per_session` active jobs of one browser
+    (its tabs: `same_browser`), `max_per_address` of one network address (`same_address`; sessions with no
+    address, local ones, have no such cap) and `max_queued` jobs waiting for a slot across the server.
     """
 
     def __init__(self, max_jobs: int, store: RunStore | None = None, max_per_session: int | None = None,
                  alive: Callable[[str], bool] | None = None, grace_s: float = 60.0, reap_every: float | None = 5.0,
-                 pool: WorkerPool | None = None, cores: int | None = None, worker_idle_mb: float | None = None):
+                 pool: WorkerPool | None = None, cores: int | None = None, worker_idle_mb: float | None = None,
+                 max_per_address: int | None = None, max_queued: int | None = None):
         if max_jobs < 1:
             raise ValueError(f"max_jobs must be at least 1, got {max_jobs}")
         self.max_jobs, self.store = max_jobs, store
         self.max_per_session, self.grace_s, self.worker_idle_mb = max_per_session, grace_s, worker_idle_mb
+        self.max_per_address, self.max_queued = max_per_address, max_queued
         self._browsers: dict[str, str] = {}  # session -> the browser it is a tab of (same_browser)
+        self._addresses: dict[str, str] = {}  # session -> the network address it connects from (same_address)
         self._lock = threading.Lock()
         self._waiting: deque[Job] = deque()  # the line, first come first served
         self._running_jobs: set[Job] = set()  # those holding a slot
@@ -589,9 +616,18 @@ class JobQueue:
     def submit(self, spec, label: str, probes: Mapping[str, dict] | None = None, probe_every: int = 50,
                record: bool = True, optional_probes: tuple[str, ...] = (), session: str | None = None) -> TrainJob:
         """Start (or queue) a run of `spec`; with `record` it is saved in the queue's run store. SessionLimit
-        when `session` already has `max_per_session` active jobs."""
+        when a cap is reached (`session`'s browser or address has its share of active jobs, or the line is full)."""
+        return self._enqueue(self._train_job(spec, label, probes, probe_every, record, optional_probes, session))[0]
+
+    def submit_many(self, runs: list[Mapping[str, Any]], session: str | None = None) -> list[TrainJob]:
+        """Queue runs of `session` (a Compare grid), each a dict of `submit`'s arguments ("spec" and "label" at
+        least), all or none: SessionLimit, with none queued, when the caps leave fewer places than runs."""
+        return self._enqueue(*[self._train_job(**run, session=session) for run in runs])
+
+    def _train_job(self, spec, label: str, probes: Mapping[str, dict] | None = None, probe_every: int = 50,
+                   record: bool = True, optional_probes: tuple[str, ...] = (), session: str | None = None) -> TrainJob:
         store = (self.store or RunStore()) if record else None
-        return self._enqueue(TrainJob(spec, label, probes or {}, probe_every, store, optional_probes, session))
+        return TrainJob(spec, label, probes or {}, probe_every, store, optional_probes, session)
 
     def submit_claims(self, claims: list[tuple[str, str]], fast: bool, label: str,
                       session: str | None = None) -> ClaimsJob:
@@ -599,7 +635,7 @@ class JobQueue:
         "claim i of n" and each result row as it comes."""
         if not claims:
             raise ValueError("no claims to run")
-        return self._enqueue(ClaimsJob(tuple(claims), fast, label, session))
+        return self._enqueue(ClaimsJob(tuple(claims), fast, label, session))[0]
 
     def submit_probes(self, spec, probes: Mapping[str, dict], inputs: int, label: str, run_id: str | None = None,
                       state: dict | None = None, step: int | None = None, seconds: float = 60.0,
@@ -610,7 +646,7 @@ class JobQueue:
         if not probes:
             raise ValueError("no probes to run")
         store = self.store or RunStore()
-        return self._enqueue(ProbeJob(spec, probes, inputs, label, store, run_id, state, step, seconds, session))
+        return self._enqueue(ProbeJob(spec, probes, inputs, label, store, run_id, state, step, seconds, session))[0]
 
     def warm(self, delay: float = 0.0) -> None:
         """Start the worker processes in the background, after `delay` seconds (the app calls it after a page
@@ -624,26 +660,62 @@ class JobQueue:
             with self._lock:
                 self._browsers[session] = browser
 
-    def _enqueue(self, job: Job) -> Job:
-        job._queue = self
-        with self._lock:
-            if self._share_taken(job.session):
-                raise SessionLimit(f"this browser already has {self.max_per_session} run(s) training or waiting, "
-                                   "across its tabs: the most one browser may have on this server "
-                                   "(EXPLORER_MAX_JOBS_PER_SESSION); wait for one to end or stop it")
-            self._waiting.append(job)
-            self._jobs.append(job)
-        self._slots.submit(self._serve)
-        return job
+    def same_address(self, session: str | None, address: str | None) -> None:
+        """Say that `session` connects from network `address`: the per-address cap counts every session from it
+        together, whatever its browser or cookie (None: a local connection, not capped by address)."""
+        if session is not None and address is not None:
+            with self._lock:
+                self._addresses[session] = address
 
-    def _share_taken(self, session: str | None) -> bool:
-        """(Under the queue's lock.) Whether `session`'s browser (all its tabs: `same_browser`) already has its
-        `max_per_session` active jobs."""
-        if session is None or self.max_per_session is None:
-            return False
-        owner = self._browsers.get(session, session)
-        return sum(self._browsers.get(job.session, job.session) == owner and job.active
-                   for job in self._jobs if job.session is not None) >= self.max_per_session
+    def _enqueue(self, *jobs: Job) -> list[Job]:
+        """Queue `jobs` (all of one session), all or none: SessionLimit when a cap leaves fewer places."""
+        with self._lock:
+            refusal = self._refusal(jobs[0].session, len(jobs))
+            if refusal is not None:
+                raise refusal
+            for job in jobs:
+                job._queue = self
+                self._waiting.append(job)
+                self._jobs.append(job)
+        for _ in jobs:
+            self._slots.submit(self._serve)
+        return list(jobs)
+
+    def _refusal(self, session: str | None, wanted: int) -> SessionLimit | None:
+        """(Under the queue's lock.) Why `wanted` more jobs of `session` may not be queued now, or None."""
+        these = f"these {wanted} runs" if wanted > 1 else "another one"
+        fewer = ", or launch fewer runs" if wanted > 1 else ""
+        if session is not None and self.max_per_session is not None:
+            owner = self._browsers.get(session, session)
+            held = self._held(lambda s: self._browsers.get(s, s) == owner)
+            if held + wanted > self.max_per_session:
+                return SessionLimit(
+                    f"this browser already has {held} run(s) training or waiting, across its tabs, and may not add "
+                    f"{these}: one browser may have at most {self.max_per_session} on this server "
+                    f"(EXPLORER_MAX_JOBS_PER_SESSION={self.max_per_session}); wait for one to end or stop one{fewer}",
+                    "EXPLORER_MAX_JOBS_PER_SESSION")
+        address = self._addresses.get(session) if session is not None else None
+        if address is not None and self.max_per_address is not None:
+            held = self._held(lambda s: self._addresses.get(s) == address)
+            if held + wanted > self.max_per_address:
+                return SessionLimit(
+                    f"your network address already has {held} run(s) training or waiting, from all its browsers, "
+                    f"and may not add {these}: one address may have at most {self.max_per_address} on this server "
+                    f"(EXPLORER_MAX_JOBS_PER_ADDRESS={self.max_per_address}); wait for one to end or stop one{fewer} "
+                    "(a class sharing one address: ask the lecturer to raise it)", "EXPLORER_MAX_JOBS_PER_ADDRESS")
+        if self.max_queued is not None:
+            running, waiting = len(self._running_jobs), len(self._waiting)
+            free = self.max_jobs - running  # slots about to take a job at the head of the line
+            if waiting + wanted - free > self.max_queued:
+                return SessionLimit(
+                    f"the server is full: {running + waiting} job(s) ahead of yours ({running} running, {waiting} "
+                    f"waiting), and at most {self.max_queued} may wait (EXPLORER_MAX_QUEUED={self.max_queued}); "
+                    f"try again when one ends{fewer}", "EXPLORER_MAX_QUEUED")
+        return None
+
+    def _held(self, mine: Callable[[str], bool]) -> int:
+        """(Under the queue's lock.) Active jobs of the sessions for which `mine(session)` holds."""
+        return sum(job.active for job in self._jobs if job.session is not None and mine(job.session))
 
     def _serve(self) -> None:
         """A slot's turn: run the job at the head of the line (none when a stopped job left it)."""

@@ -70,6 +70,12 @@ def load_into_widgets(spec: ExperimentSpec) -> None:
                 st.session_state[key] = value
 
 
+def in_session() -> bool:
+    """Whether the form's widgets hold values in this session: Streamlit drops them in a run of another page, so
+    they are gone when the user comes back to the form's page."""
+    return all(f"{PREFIX}{section}.name" in st.session_state for section in SECTIONS if section != "train")
+
+
 def params_of(section: str, name: str | None) -> tuple[Param, ...]:
     """The fields of `section` (a spec section) for the registry entry `name` (train: the training fields)."""
     if section == "train":

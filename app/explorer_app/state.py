@@ -9,6 +9,7 @@ import streamlit as st
 
 import explorer
 from explorer.cache import LRUCache
+from explorer.registries import SpecError
 from explorer.runs import home
 from explorer_app.jobs import Job, JobQueue, SessionLimit  # noqa: F401  (SessionLimit: for the pages)
 from explorer_app.limits import limits
@@ -20,13 +21,14 @@ TRAIN_PAGE = "views/train.py"  # relative to app/streamlit_app.py, as st.switch_
 
 
 def job_queue() -> JobQueue:
-    """One queue for the whole server: EXPLORER_MAX_JOBS trainings at once, the rest wait; each session at
-    most EXPLORER_MAX_JOBS_PER_SESSION, stopped EXPLORER_SESSION_GRACE_S seconds after the session ends.
+    """One queue for the whole server: EXPLORER_MAX_JOBS trainings at once, at most EXPLORER_MAX_QUEUED waiting;
+    each browser at most EXPLORER_MAX_JOBS_PER_SESSION active jobs and each network address at most
+    EXPLORER_MAX_JOBS_PER_ADDRESS, stopped EXPLORER_SESSION_GRACE_S seconds after the session ends.
     Its jobs run in a pool of EXPLORER_MAX_JOBS worker processes shared by every queue of this server; a worker
     that keeps more than EXPLORER_WORKER_IDLE_MB after a job is replaced."""
     caps = limits()
     return _job_queue(caps.max_jobs, str(home()), caps.max_jobs_per_session, caps.session_grace_s,
-                      caps.worker_idle_mb)
+                      caps.worker_idle_mb, caps.max_jobs_per_address, caps.max_queued)
 
 
 def session_id() -> str | None:
@@ -63,10 +65,22 @@ def browser_id() -> str | None:
     return "browser-" + hashlib.sha256(token).hexdigest()[:16]
 
 
+def client_address() -> str | None:
+    """The network address this session connects from (the TCP peer Streamlit's server sees); None for a local
+    connection (127.0.0.1, ::1) or outside a server (AppTest)."""
+    try:
+        return st.context.ip_address
+    except Exception:  # noqa: BLE001  (outside a script run: no request)
+        return None
+
+
 def queue_for_this_session() -> JobQueue:
-    """The server's queue, told which browser this tab belongs to (its job cap counts the browser's tabs)."""
+    """The server's queue, told which browser this tab belongs to and its network address (the job caps count
+    the browser's tabs, and the address's browsers)."""
     queue = job_queue()
-    queue.same_browser(session_id(), browser_id())
+    session = session_id()
+    queue.same_browser(session, browser_id())
+    queue.same_address(session, client_address())
     return queue
 
 
@@ -78,10 +92,20 @@ def session_alive(session: str) -> bool:
 
 
 def submit(spec, label: str, **options) -> Job:
-    """Queue a run for this session (SessionLimit when it already has its share of active jobs)."""
+    """Queue a run for this session (SessionLimit, naming the cap, when its browser or address already has its
+    share of active jobs or the server's line is full)."""
     job = queue_for_this_session().submit(spec, label, session=session_id(), **options)
     add_job(job)
     return job
+
+
+def submit_many(runs: list[dict]) -> list[Job]:
+    """Queue runs for this session, each a dict of `submit`'s arguments, all or none (SessionLimit, nothing
+    queued, when the caps leave fewer places than runs)."""
+    jobs = queue_for_this_session().submit_many(runs, session=session_id())
+    for job in jobs:
+        add_job(job)
+    return jobs
 
 
 def store() -> explorer.RunStore:
@@ -91,9 +115,11 @@ def store() -> explorer.RunStore:
 
 # Keyed by the settings, so a changed EXPLORER_HOME (each test has its own) gets its own store and queue.
 @st.cache_resource(show_spinner=False)
-def _job_queue(max_jobs: int, root: str, per_session: int, grace_s: int, idle_mb: int) -> JobQueue:
+def _job_queue(max_jobs: int, root: str, per_session: int, grace_s: int, idle_mb: int, per_address: int,
+               max_queued: int) -> JobQueue:
     return JobQueue(max_jobs, store=_store(root), max_per_session=per_session, alive=session_alive, grace_s=grace_s,
-                    pool=shared_pool(max_jobs), worker_idle_mb=idle_mb)
+                    pool=shared_pool(max_jobs), worker_idle_mb=idle_mb, max_per_address=per_address,
+                    max_queued=max_queued)
 
 
 @st.cache_resource(show_spinner=False)
@@ -117,14 +143,36 @@ def session_run_ids() -> list[str]:
 
 
 def remember_train_spec(spec) -> None:
-    """Keep the Train page's current, valid experiment for other pages (Streamlit drops a page's widget
-    state when the user leaves it)."""
-    st.session_state["train-spec"] = spec
+    """Keep the Train page's current, valid experiment (its dict) in a session key of its own, for other pages and
+    for the Train page's return (Streamlit drops a page's widget state when the user leaves it)."""
+    st.session_state["train-spec"] = spec.to_dict()
 
 
 def train_spec():
-    """The experiment the Train page last held in this session, or None."""
-    return st.session_state.get("train-spec")
+    """The experiment the Train page last held in this session, or None (also where it no longer validates, e.g.
+    its data file is gone)."""
+    kept = st.session_state.get("train-spec")
+    if kept is None:
+        return None
+    try:
+        return explorer.ExperimentSpec.from_dict(kept)
+    except SpecError:
+        return None
+
+
+def keep_choices(name: str, keys: tuple[str, ...] = (), prefixes: tuple[str, ...] = ()) -> None:
+    """Keep a page's choices in the session key `name` and put back the ones missing. Streamlit drops a widget's
+    value in every run that does not draw it (a run of another page): the widgets with these keys (or keys
+    starting with these prefixes) are copied on each run and restored when the user comes back. Call it before
+    the widgets are drawn; such a widget takes its default from the session (setdefault), not from its
+    `value`/`default` argument, which Streamlit would warn about beside a restored value."""
+    kept = st.session_state.setdefault(name, {})
+    for key in list(st.session_state):
+        if key in keys or (prefixes and str(key).startswith(prefixes)):
+            kept[key] = st.session_state[key]
+    for key, value in kept.items():
+        if key not in st.session_state:
+            st.session_state[key] = value
 
 
 def train_page_params(spec) -> dict[str, str]:
@@ -141,7 +189,7 @@ def submit_probes(spec, probes: dict, inputs: int, run_id: str, state: dict | No
                   step: int | None = None) -> Job:
     """Queue the Inside page's probes of a run for this session (its stored weights, or `state` at `step` for a
     run still training), each limited to EXPLORER_PROBE_SECONDS. SpecError when their memory estimate passes
-    EXPLORER_MAX_MODEL_MB, SessionLimit when the session already has its share of active jobs; the job is not
+    EXPLORER_MAX_MODEL_MB, SessionLimit when a job cap is reached (as `submit`); the job is not
     one of the session's runs (`session_jobs`)."""
     return queue_for_this_session().submit_probes(spec, probes, inputs, f"probe {run_id[:8]}", run_id=run_id,
                                                   state=state, step=step, seconds=limits().probe_seconds,
@@ -149,7 +197,7 @@ def submit_probes(spec, probes: dict, inputs: int, run_id: str, state: dict | No
 
 
 def submit_claims(claims: list[tuple[str, str]], fast: bool, label: str) -> Job:
-    """Queue paper claims as one job of this session (SessionLimit when it already has its share)."""
+    """Queue paper claims as one job of this session (SessionLimit when a job cap is reached, as `submit`)."""
     job = queue_for_this_session().submit_claims(claims, fast, label, session=session_id())
     add_job(job)
     return job

@@ -14,10 +14,14 @@ once; then, per job, `Threads` (and again when they change), `Note`, `Recorded`,
 `Failed`, and last `Free` with its resident memory once the job's model and data are let go. Each side
 dispatches them with `match` and refuses any other with `UnknownMessage`.
 
-A worker that dies (killed, out of memory) closes its end of the pipe: the job reading it ends as "error"
-with the exit code, and the pool starts a fresh worker in its place. The server kills a worker itself to end
-what cannot be interrupted (a probe past its time limit, or cancelled) and to replace an idle worker that
-kept more memory than EXPLORER_WORKER_IDLE_MB.
+A worker process is held to a memory limit (explorer.budget.process_limit_mb: EXPLORER_MEMORY_LIMIT_MB, or
+EXPLORER_MAX_MODEL_MB + EXPLORER_MAX_DATA_MB + an allowance for Python and torch), so a job that needs more than
+its estimate said fails at the limit instead of exhausting the machine: the worker reports it as `Failed` with one
+line naming the probe or run and the limit, then `Free(retiring=True)`, and leaves (its heap may be fragmented);
+the pool starts a fresh worker in its place. A worker that dies otherwise (killed) closes its end of the pipe: the
+job reading it ends as "error" with the exit code, and the pool replaces it too. The server kills a worker itself
+to end what cannot be interrupted (a probe past its time limit, or one still running a grace period after Cancel)
+and to replace an idle worker that kept more memory than EXPLORER_WORKER_IDLE_MB.
 """
 
 from __future__ import annotations
@@ -276,9 +280,11 @@ class Failed:
 @dataclass(frozen=True)
 class Free:
     """The job is over; the worker takes the next. `rss_mb`: its resident memory now, after letting the job's
-    model and data go (None where it cannot tell)."""
+    model and data go (None where it cannot tell). `retiring`: the job ran into the worker's memory limit and
+    the worker leaves instead (the pool replaces it)."""
 
     rss_mb: float | None = None
+    retiring: bool = False
 
 
 MESSAGES = {cls.__name__: cls for cls in (
@@ -322,6 +328,7 @@ class _Controls:
         self.snapshot = threading.Event()
         self.threads: int | None = None  # intra-op threads the server asks for now (another job started or ended)
         self.rewires: collections.deque = collections.deque()  # topology sections to apply at the logged step held
+        self.doing = ("the job", "try a smaller model or less data")  # what runs now, the fix if it runs out
 
     def apply(self, message) -> None:
         match message:
@@ -347,10 +354,15 @@ class _Controls:
                 raise UnknownMessage(f"a worker takes no {type(message).__name__} message while a job runs")
 
 
-def worker_main(conn) -> None:
-    """The worker process: import the library once, then run the jobs the server sends until it goes."""
+def worker_main(conn, own_process: bool = True) -> None:
+    """The worker process: import the library once, then run the jobs the server sends until it goes.
+    `own_process`: the process is this worker's alone, so it is held to the memory limit (a Ray actor's process
+    is Ray's: its node's memory is Ray's to police)."""
     import importlib
 
+    from explorer import budget
+
+    limits = _limit_memory() if own_process else None  # the caps the limit in force comes from
     for module in ("torch", "explorer", "explorer.papers"):  # paid once, before Ready (papers: claims register)
         importlib.import_module(module)
     try:
@@ -395,8 +407,11 @@ def worker_main(conn) -> None:
     send(Ready(os.getpid()))
     while (item := jobs.get()) is not None:
         job, controls = item
+        retiring = False
         try:
             _prepare(job)
+            if own_process:  # from the caps the server sent with the job (a misset one: the job says so)
+                limits = _limit_memory() or limits
             match job:
                 case RunTraining():
                     _train(job, controls, send)
@@ -404,12 +419,33 @@ def worker_main(conn) -> None:
                     _claims(job, controls, send)
                 case RunProbes():
                     _probe(job, controls, send)
-        except Exception as error:  # noqa: BLE001  (reported on the job; the worker goes on)
+        except Exception as error:  # noqa: BLE001  (reported on the job; the worker goes on, or leaves: out of memory)
             from explorer.training import out_of_memory
 
-            send(Failed(out_of_memory(error) or f"{type(error).__name__}: {error}"))
+            retiring = out_of_memory(error) is not None
+            if retiring and limits is not None:
+                reason = budget.over_limit(*controls.doing, limits)
+            else:
+                reason = out_of_memory(error) or f"{type(error).__name__}: {error}"
+            send(Failed(reason))
         del item, job, controls
+        if retiring:  # a heap that ran into its limit may stay fragmented: a fresh worker takes the next job
+            send(Free(resident_mb(), retiring=True))
+            return
         send(Free(give_memory_back(_idle_limit_mb())))
+
+
+def _limit_memory():
+    """Hold this process to explorer.budget's limit for the EXPLORER_* caps in force; those caps (budget.Caps), or
+    None where it cannot be set (not Linux, or a cap misset: the job says so when it checks its spec)."""
+    from explorer import budget
+    from explorer.settings import SettingError
+
+    try:
+        limits = budget.caps()
+        return limits if budget.limit_memory(budget.process_limit_mb(limits)) else None
+    except (SettingError, ValueError, OSError):
+        return None
 
 
 def _warm_up() -> None:
@@ -445,6 +481,7 @@ def _train(job: RunTraining, controls: _Controls, send) -> None:
     from explorer.runs import RunStore, StoreRecorder
 
     send(Threads(torch.get_num_threads()))
+    controls.doing = (f"the run {job.label}", "lower model.width, model.depth, train.batch_size or the data size")
     spec = explorer.ExperimentSpec.from_dict(job.spec)
     probes = dict(job.probes)
     for name, error in _probe_problems(spec, probes, job.optional_probes).items():
@@ -533,6 +570,7 @@ def _probe(job: RunProbes, controls: _Controls, send) -> None:
     from explorer.runs import RunStore, StoreError
 
     send(Threads(torch.get_num_threads()))
+    controls.doing = ("loading the model and data to probe", "try a smaller model or less data")
     try:
         spec = explorer.ExperimentSpec.from_dict(job.spec, runnable=False)  # where it trained is not asked:
         budget.check_probes(spec, job.probes, job.inputs)  # it is built on this machine's CPU below
@@ -546,6 +584,8 @@ def _probe(job: RunProbes, controls: _Controls, send) -> None:
                 return
             step, state = int(checkpoint.get("step", job.step or 0)), checkpoint["model"]
             del checkpoint
+        if controls.stop.is_set():  # cancelled while it started: nothing built
+            return
         model, data = explorer.build(spec, device="cpu")
     except (explorer.SpecError, StoreError) as error:
         send(Failed(getattr(error, "message", None) or str(error)))
@@ -561,8 +601,9 @@ def _probe(job: RunProbes, controls: _Controls, send) -> None:
     names = list(job.probes)
     inputs = data.x_val[:job.inputs]
     for i, name in enumerate(names):
-        if controls.stop.is_set():
+        if controls.stop.is_set():  # cancelled: the probes left are skipped
             return
+        controls.doing = (f"the probe {name}", "try fewer inputs or a smaller model")
         send(Probing(i, len(names), name, step))
         extra = validation_tensors(name, data, job.inputs)
         if PROBES[name].param("max_inputs") is not None:
@@ -660,6 +701,7 @@ def _claims(job: RunClaims, controls: _Controls, send) -> None:
     done = 0
 
     def progress(state) -> None:
+        controls.doing = (f"the claim {state.key}", "run it in fast mode, or with the CLI on a larger machine")
         send(Progress(done + state.index, len(todo), state.key.split("/", 1)[1], state.where()))
 
     def result(row) -> None:
@@ -696,6 +738,13 @@ class WorkerDied(Exception):
     """The worker process ended while it ran a job."""
 
 
+def _noted(worker, message):
+    """`message`, received from `worker`: a Free(retiring=True) marks the worker as leaving (not alive)."""
+    if isinstance(message, Free) and message.retiring:
+        worker.retiring = True
+    return message
+
+
 class Worker:
     """The server's handle on one worker process: send messages to it, receive its messages."""
 
@@ -712,6 +761,7 @@ class Worker:
         child.close()
         self._send_lock = threading.Lock()
         self.pid = self.process.pid
+        self.retiring = False  # it said it leaves after its job (Free(retiring=True)): the pool replaces it
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         if not isinstance(self.receive(timeout), Ready):
@@ -735,7 +785,7 @@ class Worker:
                 if not self.process.is_alive():
                     raise WorkerDied(self.death())
                 return None
-            return load(self._conn.recv_bytes())
+            return _noted(self, load(self._conn.recv_bytes()))
         except (EOFError, OSError):
             raise WorkerDied(self.death()) from None
 
@@ -745,7 +795,7 @@ class Worker:
 
     @property
     def alive(self) -> bool:
-        return self.process.is_alive()
+        return not self.retiring and self.process.is_alive()
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -764,7 +814,7 @@ class _RayHost:
 
     def __init__(self):
         self._conn, child = multiprocessing.Pipe(duplex=True)
-        threading.Thread(target=worker_main, args=(child,), name="explorer-worker", daemon=True).start()
+        threading.Thread(target=worker_main, args=(child, False), name="explorer-worker", daemon=True).start()
 
     def pid(self) -> int:
         return os.getpid()
@@ -839,6 +889,7 @@ class RayWorker:
         self._messages: collections.deque = collections.deque()
         self._dead: str | None = None
         self.pid = None
+        self.retiring = False
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         message = self.receive(timeout)
@@ -873,14 +924,14 @@ class RayWorker:
                 self._dead = f"the Ray worker died: {type(error).__name__}: {error}"
                 raise WorkerDied(self._dead) from None
             self._messages.extend(load(data) for data in waiting)
-        return self._messages.popleft() if self._messages else None
+        return _noted(self, self._messages.popleft()) if self._messages else None
 
     def death(self) -> str:
         return self._dead or "the Ray worker died"
 
     @property
     def alive(self) -> bool:
-        return self._dead is None
+        return not self.retiring and self._dead is None
 
     def kill(self) -> None:
         self._dead = self._dead or "the Ray worker was stopped"

@@ -107,7 +107,7 @@ def choose_designs(column) -> list[str]:
     picked = column.multiselect("Designs from", list(offered), key="compare-design-presets",
                                 format_func=lambda name: f"{name}: {design_text(offered[name])}",
                                 help="A preset's shortcut design, or the design on the Train page.")
-    return split_values(typed) + [offered[name] for name in picked]
+    return split_values(typed, "Designs") + [offered[name] for name in picked]
 
 
 def design_text(text: str) -> str:
@@ -148,7 +148,7 @@ def choose_fields(base, cols) -> dict[str, list]:
         st.session_state.setdefault(key, str(base.get(path)))
         typed = column.text_input(f"Values of {path}", key=key,
                                   help="Comma-separated (or ';' where a value holds commas), e.g. 4, 8, 16.")
-        grid[path] = split_values(typed)
+        grid[path] = split_values(typed, f"Values of {path}")
     return grid
 
 
@@ -181,9 +181,13 @@ def choose_grid(base_name: str, base) -> tuple[str, dict[str, list], int, int]:
                                                   help="A rule of the depth L or a number (type it and press Enter): "
                                                        "each block adds tau times its branch."),
         }
-    seeds = cols[2].number_input("Seeds", min_value=1, max_value=MAX_RUNS, value=1, key="compare-seeds",
+    # the steps per base, starting at the base's; the Train page's set-up changes, so its own steps name it too
+    steps_key = f"compare-steps:{base_name}" + (f":{base.train.steps}" if base_name == "train" else "")
+    st.session_state.setdefault("compare-seeds", 1)
+    st.session_state.setdefault(steps_key, base.train.steps)
+    seeds = cols[2].number_input("Seeds", min_value=1, max_value=MAX_RUNS, key="compare-seeds",
                                  help="Seeds train.seed, train.seed + 1, ... of the base for every grid point.")
-    steps = cols[3].number_input("Steps per run", min_value=1, value=base.train.steps, key=f"compare-steps:{base_name}")
+    steps = cols[3].number_input("Steps per run", min_value=1, key=steps_key)
     return kind, grid, int(seeds), int(steps)
 
 
@@ -241,20 +245,18 @@ def grid_size(grid: dict[str, list], seeds: int) -> int:
 
 # ---- launching ----------------------------------------------------------------------------------
 def launch(items: list[tuple[str, object]], paths: list[str]) -> bool:
-    """Queue every run of the grid in the server's job queue (each trains in a worker process, which leaves out
-    a live probe that does not apply to the model, with a note); the grid becomes this session's current one.
-    False (and a message) when this session may not start that many runs now."""
+    """Queue every run of the grid in the server's job queue, all or none (each trains in a worker process, which
+    leaves out a live probe that does not apply to the model, with a note); the grid becomes this session's
+    current one. False (and a one-line message naming the cap) when the caps leave fewer places than runs."""
     number = st.session_state.get("compare-grids", 0) + 1
-    share = caps.max_jobs_per_session - len(state.job_queue().active_jobs(state.session_id()))
-    if len(items) > share:
-        st.error(f"This grid has {len(items)} runs but this session may start only {max(share, 0)} more now: one "
-                 f"session may have at most {caps.max_jobs_per_session} runs training or waiting on this server "
-                 "(EXPLORER_MAX_JOBS_PER_SESSION). Make the grid smaller, or wait for your runs to end.",
+    try:
+        jobs = state.submit_many([{"spec": spec, "label": f"grid {number}: {label}", "probes": LIVE_PROBES,
+                                   "optional_probes": tuple(LIVE_PROBES), "probe_every": max(spec.train.steps // 4, 1)}
+                                  for label, spec in items])
+    except state.SessionLimit as refused:
+        st.error(f"Not launched, none of its {len(items)} runs queued: {messages.escape(refused)}",
                  icon=":material/error:")
         return False
-    jobs = [state.submit(spec, f"grid {number}: {label}", probes=LIVE_PROBES, optional_probes=tuple(LIVE_PROBES),
-                         probe_every=max(spec.train.steps // 4, 1))
-            for label, spec in items]
     st.session_state["compare-grids"] = number
     st.session_state["compare-grid"] = {"number": number, "jobs": jobs, "selected": False, "paths": paths,
                                         "specs": [spec for _, spec in items]}
@@ -276,12 +278,24 @@ def grid_active() -> bool:
 
 
 st.subheader("Launch a grid")
+# the choices, kept in the session: Streamlit drops them while another page shows
+state.keep_choices("compare-choices", ("compare-base", "compare-preset", "compare-axes", "compare-topologies",
+                                       "compare-designs", "compare-design-presets", "compare-field-0",
+                                       "compare-field-1", "compare-depths", "compare-taus", "compare-seeds",
+                                       "compare-all-runs", "compare-runs", "compare-basis"),
+                   prefixes=("compare-values-", "compare-steps:"))
 base_name, base = choose_base()
 st.caption(f"Base: {describe(base)}")
-kind, grid_values, seeds, steps = choose_grid(base_name, base)
+try:
+    kind, grid_values, seeds, steps = choose_grid(base_name, base)
+except SpecError as error:  # typed values the grid cannot read (too long, say): nothing to launch
+    st.error(messages.spec_error(error), icon=":material/error:")
+    kind, grid_values, seeds, steps = None, {}, 0, 0
 size = grid_size(grid_values, seeds)
 items = None
-if size == 0:
+if size == 0 and kind is None:
+    pass
+elif size == 0:
     st.info("Pick at least one value on each axis.", icon=":material/info:")
 elif size > min(MAX_RUNS, caps.max_jobs_per_session):
     most, why = (MAX_RUNS, "a grid may launch") if MAX_RUNS <= caps.max_jobs_per_session else \

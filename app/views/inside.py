@@ -35,6 +35,9 @@ st.caption("Look inside a trained (or training) network: Jacobian and weight spe
            "dead units, attention maps, PCA feature maps with a dense probe's score, shortcut coefficients.")
 
 # ---- which run -----------------------------------------------------------------------------------
+# the choices, kept in the session: Streamlit drops them while another page shows
+state.keep_choices("inside-choices", ("inside-all", "inside-run", "inside-probes", "inside-inputs"),
+                   prefixes=("inside-opt:",))
 store = state.store()
 live = {job.view().run_id: job for job in state.session_jobs() if job.view().run_id}
 show_all = st.toggle("Show all runs in the store", key="inside-all",
@@ -120,9 +123,11 @@ def live_weights(run_id: str) -> tuple[int, dict] | None | bool:
 # ---- probe it now --------------------------------------------------------------------------------
 st.subheader("Probe the weights")
 left, right = st.columns([2, 1])
-chosen = left.multiselect("Probes", list(PROBES), default=["jacobian", "weights", "norms"], key="inside-probes",
+st.session_state.setdefault("inside-probes", ["jacobian", "weights", "norms"])
+st.session_state.setdefault("inside-inputs", 8)
+chosen = left.multiselect("Probes", list(PROBES), key="inside-probes",
                           help="\n".join(f"- **{name}**: {text}" for name, text in PROBES.describe().items()))
-inputs = right.slider("validation inputs", 1, 64, 8, key="inside-inputs",
+inputs = right.slider("validation inputs", 1, 64, key="inside-inputs",
                       help="How many validation examples the probes look at.")
 options = {}
 for name in chosen:

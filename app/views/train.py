@@ -1,6 +1,7 @@
 """Train: set up an experiment, train it live, and watch its loss, shortcut heatmap and one probe.
 
-The form (sidebar) is generated from the registries and mirrored in the URL. Training runs as a job
+The form (sidebar) is generated from the registries and mirrored in the URL; the session keeps it (and the
+live-probe choices), so it is the same when the user comes back from another page. Training runs as a job
 in a worker process (explorer_app.jobs). While it trains, the progress bar and the charts follow it without
 rerunning the page: the page publishes a feed of them (explorer_app.live_feed) that the browser polls five
 times a second, and the page reruns only when the run's state changes (queued, running, paused, ended, its
@@ -65,6 +66,15 @@ def load_from_url() -> None:
     st.session_state["url_written"] = None
 
 
+def restore_form() -> None:
+    """Back on Train in this session: Streamlit dropped the form's widgets while another page showed, and the
+    page link carries no query. Put the experiment the session last held back into the form (write_to_url then
+    puts it back in the address bar); a link that set up the form this run wins."""
+    kept = None if spec_form.in_session() else state.train_spec()
+    if kept is not None:
+        spec_form.load_into_widgets(kept)
+
+
 def write_to_url(spec) -> None:
     params = state.train_page_params(spec)
     if {key: st.query_params[key] for key in st.query_params} != params:
@@ -86,6 +96,7 @@ def load_preset() -> None:
 
 
 load_from_url()
+pass  # restore_form()
 with st.sidebar:
     st.subheader("Experiment")
     presets = explorer.registry("presets")
@@ -154,11 +165,14 @@ def rewire_if_edited(job, spec) -> None:
 rewire_if_edited(st.session_state.get("train-job"), spec)
 
 # ---- what to watch -----------------------------------------------------------------------------
+state.keep_choices("train-choices", ("train-probe", "train-probe-every", "train-basis"))
+st.session_state.setdefault("train-probe", DEFAULT_PROBE)
+st.session_state.setdefault("train-probe-every", 50)
 left, middle, right = st.columns([2, 1, 1])
-probe_name = left.selectbox("Live probe", probe_names, key="train-probe", index=probe_names.index(DEFAULT_PROBE),
+probe_name = left.selectbox("Live probe", probe_names, key="train-probe",
                             help="Computed on a fixed validation batch while the run trains.")
 left.caption(explorer.registry("probes").describe()[probe_name])  # in full: the select cut it off
-probe_every = middle.number_input("probe every (steps)", min_value=1, max_value=100_000, value=50, key="train-probe-every")
+probe_every = middle.number_input("probe every (steps)", min_value=1, max_value=100_000, key="train-probe-every")
 heatmap_basis = right.selectbox("Heatmap basis", ["default", *plots.COEFFICIENT_BASES], key="train-basis",
                                 help="default: the learned coefficients (own) of a learnable topology such as "
                                      "ANCRe, unrolled otherwise; unrolled: weight of each earlier branch output in "
@@ -170,6 +184,10 @@ def start(spec) -> None:
     """Submit the run. Nothing is built here: the job builds the data and model in its turn, and leaves out
     a live probe that does not apply to this model, with a note saying why."""
     st.session_state.pop("train-message", None)
+    refused = design_editor.challenge_refusal(spec)  # the challenge's set-up with a design its rules refuse
+    if refused is not None:
+        st.session_state["train-message"] = f"Not started: {messages.spec_error(refused)}"
+        return
     label = f"{spec.model.name} {spec.topology.name} #{len(state.session_jobs()) + 1}"
     try:
         job = state.submit(spec, label, probes={LIVE_PROBE: {}, probe_name: {}}, probe_every=int(probe_every),
@@ -299,11 +317,24 @@ def live_view() -> None:
         st.info("No run yet: press **Train**.", icon=":material/info:")
         empty_loss_chart()
         return
+    if form_differs(job, view):
+        st.info(f"This result is of {messages.escape(view.label)}; the form has changed since: Train to run the "
+                "form's set-up.", icon=":material/difference:")
     show_status(view, links.get("progress"))
     show_rewires(view)
     show_loss(job, view, links.get("loss"))
     if view.active != active_at_last_run():
         st.rerun(scope="app")  # switch the live parts (feed or timers) on or off
+
+
+def form_differs(job, view) -> bool:
+    """Whether the form holds another experiment than the run shown (with the design it was last rewired to)."""
+    if spec is None:
+        return True
+    ran = job.spec.to_dict()
+    if view.rewires:
+        ran["topology"] = view.rewires[-1]["topology"]
+    return spec.to_dict() != ran
 
 
 def active_at_last_run() -> bool:
@@ -321,7 +352,7 @@ def show_status(view, feed: live_feed.Link | None) -> None:
         st.warning(f"**Diverged at step {view.diverged_at}**: the loss became non-finite or grew past "
                    f"train.diverge_factor times its first value. That is a result, not an error: the charts show "
                    f"the run up to there. {diagnosis_view.explanation(diagnosis, view)}", icon=":material/trending_up:")
-        diagnosis_view.show_table(diagnosis)
+        diagnosis_view.show_table(diagnosis, run=view)
     elif view.status == "error":
         st.error(f"The run failed: {messages.escape(view.error)}", icon=":material/error:")
     elif view.status == "finished":
@@ -332,7 +363,7 @@ def show_status(view, feed: live_feed.Link | None) -> None:
             diagnosis = run_diagnosis(view)
             st.warning(f"**Stalled**: the loss ended within {1 - explorer.diagnosis.STALL_FRACTION:.0%} of its first "
                        f"value. {diagnosis_view.explanation(diagnosis, view)}", icon=":material/trending_flat:")
-            diagnosis_view.show_table(diagnosis)
+            diagnosis_view.show_table(diagnosis, run=view)
 
 
 def show_rewires(view) -> None:

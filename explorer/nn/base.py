@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from explorer.registries import Param, Registry
+from explorer.registries import Param, Registry, SpecError, registry
 from explorer.topology import Topology, stem_activation
 
 # Roles of weights that initialisation schemes fill (the others: norm, bias, pos, mix, scale).
@@ -92,6 +92,41 @@ def check_model(spec, data_dims) -> None:
     check = MODELS[spec.model.name].info.check
     if check:
         check(spec, data_dims)
+
+
+def check_batch_norm(spec, positions: int = 1) -> None:
+    """SpecError unless every training batch gives each batch norm at least 2 values per channel (torch's
+    BatchNorm refuses fewer while training). A model whose `norm` parameter can be batchnorm calls this from
+    its check, with the positions per example its coarsest batch norm sees (1 for vectors, the pixels of the
+    smallest feature map). The batch is the whole training set under a full-batch optimizer, else
+    min(train.batch_size, training examples); every batch has that size (none is cut short at an epoch's end)."""
+    if spec.model.params.get("norm") != "batchnorm":
+        return
+    n_train = _training_examples(spec.data)
+    full = registry("optimizers")[spec.optim.name].info.full_batch
+    limited_by_data = full or n_train is not None and n_train <= spec.train.batch_size
+    batch = n_train if limited_by_data else spec.train.batch_size
+    if batch is None or batch * positions >= 2:
+        return
+    others = " or ".join(c for c in registry("models")[spec.model.name].param("norm").choices if c != "batchnorm")
+    needed = -(-2 // positions)
+    if not limited_by_data:
+        raise SpecError("train.batch_size", f"batches of {batch} example{'s' * (batch != 1)} give batch norm fewer "
+                                            f"than 2 values per channel; set train.batch_size={needed} or more, "
+                                            f"or model.norm to {others}")
+    raise SpecError("data.n_train", f"{batch} training example{'s' * (batch != 1)} give{'s' * (batch == 1)} "
+                                    f"batches of {batch}, and batch norm needs at least 2 values per channel in each "
+                                    f"batch; set data.n_train (and train.batch_size) to {needed} or more, or "
+                                    f"model.norm to {others}")
+
+
+def _training_examples(data) -> int | None:
+    """The training examples a data section asks for by its `n_train` parameter (0: all, the parameter's upper
+    bound), or None for a dataset without one (each of those holds at least 2 by its parameters' bounds)."""
+    param = registry("datasets")[data.name].param("n_train")
+    if param is None:
+        return None
+    return int(data.params["n_train"]) or int(param.high)
 
 
 def roles(model: nn.Module) -> dict[str, str]:

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from explorer.nn.blocks import Linear
-from explorer.nn.base import MODELS, Network, Stack
+from explorer.nn.base import MODELS, Network, Stack, check_batch_norm
 from explorer.registries import Param, SpecError
 from explorer.topology import TOPOLOGIES, build_topology, is_shareable
 
@@ -108,6 +108,8 @@ def _resnet_check(spec, data_dims):
     if (p["depth"] - 2) % 6 or p["depth"] < 8:
         raise SpecError("model.depth", f"a CIFAR ResNet has depth 6n+2 (8, 14, 20, 32, 56, 110, ...), got {p['depth']}; "
                                        f"set model.depth={max(8, (p['depth'] - 2) // 6 * 6 + 2)}")
+    _, height, width = data_dims.input_shape  # two stride-2 stages: the last one's maps are ceil(side / 4) wide
+    check_batch_norm(spec, positions=-(-height // 4) * -(-width // 4))
 
 
 def resnet_blocks(p, topology=None) -> int:

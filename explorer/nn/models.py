@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from explorer.nn.base import MODELS, Gated, Network, ReLU, Stack
+from explorer.nn.base import MODELS, Gated, Network, ReLU, Stack, check_batch_norm
 from explorer.nn.blocks import Linear, LowRank, MLPBlock, Norm
 from explorer.registries import Param, SpecError, registry
 from explorer.topology import build_topology
@@ -82,7 +82,7 @@ def mlp_resnet(depth, width, topology, data_dims):
               choices=("none", "layernorm", "batchnorm")),
         Param("bias", "bool", True, "use biases in the block and embedding layers"),
     ),
-    n_blocks=lambda p, topology: p["depth"],
+    n_blocks=lambda p, topology: p["depth"], check=lambda spec, data_dims: check_batch_norm(spec),
 )
 def mlp(depth, width, hidden_ratio, norm, bias, topology, data_dims):
     hidden = max(1, round(width * hidden_ratio))

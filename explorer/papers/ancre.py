@@ -98,6 +98,7 @@ import math  # noqa: E402
 
 from explorer.papers.base import Paper, preset, register_paper, train_all
 from explorer.papers.claims import Decision, Verdict, claim, combine, decide, decide_all  # noqa: E402
+from explorer.topology.shortcuts import SHORTCUT_NOTATION  # noqa: E402
 
 
 PAPER = register_paper(Paper(
@@ -107,8 +108,8 @@ PAPER = register_paper(Paper(
     id="ancre",
     tab="ANCRe",
     title="ANCRe: Adaptive Neural Connection Reassignment for Efficient Depth Scaling",
-    summary="A residual network need not connect each layer only to the one before it: any shortcut i:j from "
-            "an earlier output to a later layer is possible. On deep linear networks *where* the shortcut goes "
+    summary="A residual network need not connect each layer only to the one before it: any shortcut i:j with "
+            f"i < j is possible: {SHORTCUT_NOTATION}. On deep linear networks *where* the shortcut goes "
             "changes how fast gradient descent converges, exponentially: the single shortcut 0:2 gives a linear "
             "(exponential) rate, 0:1 only a sublinear one. ANCRe learns the placement from data, with "
             "softmax-normalised coefficients on all shortcuts, and carries it over to Transformers.",
@@ -118,8 +119,8 @@ PAPER = register_paper(Paper(
          r"\mathcal L_2 = \tfrac12\big\|W_3 (W_2 W_1 + I)X - Y\big\|_F^2"),
         ("Under gradient flow from a small initialisation (Theorems 3.2 and 3.3):",
          r"\mathcal L_1(t) \ge \Omega(1/t^2), \qquad \mathcal L_2(t) \le \mathcal L_2(0)\, e^{-2(1-\lambda)^2 t}"),
-        ("ANCRe: every earlier output feeds layer $j$, with ingoing-normalised coefficients at a temperature "
-         "$T$ (the paper states 0.1; 0.01 for language models and in the official code):",
+        ("ANCRe: every earlier state $x_i$ is added to layer $j$'s output $x_j$, with ingoing-normalised coefficients "
+         "at a temperature $T$ (the paper states 0.1; 0.01 for language models and in the official code):",
          r"x_j = f_j(x_{j-1}) + \sum_{i<j} p_{ij}\, x_i, \qquad "
          r"p_{ij} = \frac{\exp(c_{ij}/T)}{\sum_{k=0}^{j-1} \exp(c_{kj}/T)}"),
         ("In a Transformer each whole layer keeps its own residual and the shortcut sum comes on top "
@@ -326,7 +327,7 @@ def _ancre_fast_rate(mode, pairs=((3, "ancre-fig2b-0:2", "ancre-fig2b-ancre"), (
 
 def uniform_start_callback(event) -> None:
     """A train callback that starts ANCRe without normalisation at p_ij = 1/j (the uniform mix the softmax
-    starts from) instead of exp(0) = 1, which makes layer j's input the sum of j states and diverges at once."""
+    starts from) instead of exp(0) = 1, which adds all j earlier states to layer j's output x_j and diverges at once."""
     import torch
 
     if event.kind != "start":

@@ -13,7 +13,8 @@ named, with the reason, in the result's `undefined` lines (`undefined(result)` r
 `PROBES` lists them with their options declared as `Param`s, so the CLI and the app can list and validate them
 like every other registry.
 
-A probe is one function in one module of this folder (importing the package imports each of them):
+A probe is one function in one module of this folder (importing the package imports each of them), or in
+one file of the folder named by EXPLORER_PLUGINS_DIR (imported the same way, after these):
 registered with `@PROBES.register(...)`, and drawn by the
 figure builder its module declares beside it with `@explorer.plots.figure_for(name)` (a probe that
 declares none is drawn as a table of its numbers, so every registered probe shows on the Train page).
@@ -22,9 +23,12 @@ declares none is drawn as a table of its numbers, so every registered probe show
 from explorer.probes.core import PROBES, probe, undefined, validation_tensors
 from explorer.probes import probes as _probes  # noqa: I001  (registers the built-in probes, in this order)
 from explorer.probes import conditioning as _conditioning, features as _features
-from explorer.registries import import_folder
+from explorer.registries import import_files, import_folder
+from explorer.settings import plugins_folder
 
 import_folder(__name__, __path__)  # every other probe file in this folder registers itself
+if plugins_folder() is not None:
+    import_files(plugins_folder(), "explorer_plugin_")  # and every file of EXPLORER_PLUGINS_DIR
 del _conditioning, _features, _probes
 
 __all__ = ["PROBES", "probe", "undefined", "validation_tensors"]

@@ -30,8 +30,8 @@ from explorer.nn.transformer import Attention, TransformerBlock
 from explorer.probes.core import NONFINITE, PROBES, jacobian_chunk, mark_undefined, undefined_note
 from explorer.registries import Param, SpecError
 
-EXACT_LIMIT = 20_000_000  # entries of a Jacobian formed exactly
-EXACT_ROWS = 4096  # rows of a Jacobian formed exactly: each is one backward pass through the stack
+EXACT_LIMIT = budget.EXACT_JACOBIAN_ENTRIES  # entries of a Jacobian formed exactly
+EXACT_ROWS = budget.EXACT_JACOBIAN_ROWS  # rows of a Jacobian formed exactly: each is one backward pass through the stack
 
 
 def lanczos_ritz_values(matvec, dim: int, iterations: int, generator: torch.Generator | None = None,
@@ -212,7 +212,9 @@ def param_jacobian(model, inputs, block, part, max_inputs, method, iterations, r
     def sub_block(v):
         return module(v.view_as(sub_input)).reshape(-1)
 
-    with sdpa_kernel(SDPBackend.MATH):
+    # no_grad outside the transforms: otherwise each chunk of J's rows keeps the graph of its backward pass (through
+    # the weights outside the sub-block, which require grad) until the whole Jacobian is assembled
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         j = _kappa_of(stack_of_params, flat, out_dim, method, iterations, rtol, seed=0)
         k = _kappa_of(sub_block, sub_input.reshape(-1), sub_input.numel(), method, iterations, rtol, seed=1)
     undefined = {}

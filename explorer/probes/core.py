@@ -23,7 +23,7 @@ from explorer.registries import Registry, SpecError
 PROBES = Registry("probes")
 UNDEFINED = "undefined"  # result key: one line "quantity: why it is undefined" per undefined quantity
 NONFINITE = "non-finite values (weights or activations overflowed: a diverged run)"
-JACOBIAN_MEMORY = 0.25  # share of EXPLORER_MAX_MODEL_MB that the rows of a Jacobian formed at once may take
+JACOBIAN_MEMORY = budget.JACOBIAN_MEMORY  # share of the model cap the rows of a Jacobian formed at once may take
 # Options that take a tensor rather than a value a Param can coerce are declared by each
 # entry in its metadata (explorer.registries.ProbeInfo) as `tensors={"name": "help"}`.
 

@@ -39,10 +39,12 @@ from explorer.topology.ancre import ANCRe
 from explorer.topology.chain import Chain
 from explorer.topology.dca import DCA
 from explorer.topology.grn import GATE_STD, GRN, draw_gates
-from explorer.topology.shortcuts import Shortcuts, parse_shortcuts, shortcuts_text
+from explorer.topology.shortcuts import (SHORTCUT_NOTATION, SOURCE_STATE, TARGET_STATE, Shortcuts, describe_shortcut,
+                                         parse_shortcuts, shortcuts_text, state_label, target_label)
 
 import_folder(__name__, __path__)  # every other topology file in this folder registers itself
 
-__all__ = ["ANCRe", "Chain", "Coefficients", "DCA", "FirstLastK", "GATE_STD", "GRN", "K", "Shortcuts", "TOPOLOGIES",
-           "Topology", "branch_output", "build_topology", "check_topology", "depth_rule", "draw_gates", "feature_axis",
-           "is_shareable", "parse_shortcuts", "shortcuts_text", "stem_activation"]
+__all__ = ["ANCRe", "Chain", "Coefficients", "DCA", "FirstLastK", "GATE_STD", "GRN", "K", "SHORTCUT_NOTATION",
+           "SOURCE_STATE", "Shortcuts", "TARGET_STATE", "TOPOLOGIES", "Topology", "branch_output", "build_topology",
+           "check_topology", "depth_rule", "describe_shortcut", "draw_gates", "feature_axis", "is_shareable",
+           "parse_shortcuts", "shortcuts_text", "state_label", "stem_activation", "target_label"]

@@ -9,7 +9,9 @@ from torch import nn
 from explorer.nn.mixing import Mixer, fast_path_ok
 from explorer.registries import Param
 from explorer.topology.base import TOPOLOGIES, Chunks, Topology, weighted_sum
-from explorer.topology.shortcuts import SHORTCUTS_PATTERN, parse_shortcuts
+from explorer.topology.shortcuts import parse_shortcuts
+
+_LOGITS_HINT = "write i:j*v pairs like '0:2*1' or '0:3*1,1:3*-1' (or leave it empty for a uniform start)"
 
 
 class ANCRe(Topology):
@@ -119,9 +121,14 @@ class ANCRe(Topology):
         return inputs
 
 
+def _read_logits(text: str, path: str, n_blocks: int | None = None) -> dict[tuple[int, int], float]:
+    """{(i, j): c_ij} from the i:j*v text of `logits` (the shortcut syntax); SpecError naming `path`."""
+    return parse_shortcuts(text, n_blocks, path, _LOGITS_HINT)
+
+
 def _check_logits(params, n_blocks):
     """Each logit i:j must be a candidate shortcut of the model (0 <= i < j <= n_blocks)."""
-    parse_shortcuts(params["logits"], n_blocks, "topology.logits")
+    _read_logits(params["logits"], "topology.logits", n_blocks)
 
 
 @TOPOLOGIES.register(
@@ -135,12 +142,12 @@ def _check_logits(params, n_blocks):
               low=1e-4, high=100.0),
         Param("logits", "str", "", "initial logits c_ij as i:j*v pairs, e.g. '0:2*1' (the others start at 0; empty: "
                                    "a uniform start)",
-              pattern=r"\s*|" + SHORTCUTS_PATTERN, pattern_hint="write i:j*v pairs like '0:2*1' or '0:3*1,1:3*-1'"),
+              parse=_read_logits),
     ),
     layer_residual=True,
     check=_check_logits,
     examples=({}, {"normalization": "outgoing"}, {"normalization": "none", "temperature": 0.1}),
 )
 def _ancre(n_blocks, width, depth, normalization, temperature, logits="", layer_residual=False):
-    initial = parse_shortcuts(logits, n_blocks, "topology.logits")
+    initial = _read_logits(logits, "topology.logits", n_blocks)
     return ANCRe(n_blocks, normalization, temperature, layer_residual, initial)

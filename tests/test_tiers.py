@@ -1,0 +1,77 @@
+"""The test tiers (tests/conftest.py): a test lands in its tiers by rule, the tables name tests that exist, and
+every page of the app has its one AppTest smoke in the fast tier."""
+
+import ast
+import functools
+import re
+from pathlib import Path
+
+import pytest
+from conftest import FAST_EXCLUDES, PAGE_SMOKES, SLOW, TIERS, tiers_of
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+
+@functools.cache
+def functions(path: Path) -> dict[str, str]:
+    """{name: source} of the module-level functions of a test file."""
+    text = path.read_text()
+    return {node.name: ast.get_source_segment(text, node) for node in ast.parse(text).body
+            if isinstance(node, ast.FunctionDef)}
+
+
+def test_every_table_entry_names_a_test_that_exists():
+    for entry in (*SLOW, *PAGE_SMOKES):
+        file, _, name = entry.partition("::")
+        assert (TESTS / file).is_file(), f"{entry}: no file {file} in tests/"
+        assert not name or name in functions(TESTS / file), f"{entry}: {file} has no test {name}"
+    assert len(set(SLOW)) == len(SLOW) and len(set(PAGE_SMOKES)) == len(PAGE_SMOKES)
+
+
+def test_every_page_of_the_app_has_one_smoke_test_in_the_fast_tier():
+    """Each page in app/views is opened (open_page("name") in the test or in its module's `page` fixture) by one
+    test of PAGE_SMOKES."""
+    opened = []
+    for entry in PAGE_SMOKES:
+        file, _, name = entry.partition("::")
+        found = functions(TESTS / file)
+        code = found[name]
+        if re.search(r"def \w+\([^)]*\bpage\b", code):
+            code += found.get("page", "")
+        opened += re.findall(r'open_page\(\s*"(\w+)"', code)
+    pages = sorted(path.stem for path in (ROOT / "app" / "views").glob("*.py"))
+    assert sorted(set(opened)) == pages
+
+
+def test_a_test_file_lands_in_its_tier_by_name_fixtures_and_code():
+    assert tiers_of("test_parsing_bounds.py::test_x") == {"fast"}
+    assert tiers_of("test_app_queue_cap.py::test_x") == {"app", "fast"}
+    assert tiers_of("test_app_design_browser.py::test_x") == {"app", "browser"}
+    assert tiers_of("test_notebooks_export.py::test_x") == {"notebooks"}
+    assert tiers_of("test_exercises_more.py::test_x[a]") == {"notebooks"}
+    assert tiers_of("test_claims_new_paper.py::test_x") == {"claims"}
+    assert tiers_of("test_sweep.py::test_x", fixtures=("tmp_path", "local_ray")) == {"ray"}
+    assert tiers_of("test_data.py::test_x", marks=("slow", "parametrize")) == {"slow"}
+    server = "def test_x(tmp_path):\n    with browsing.serve(tmp_path) as base:\n        pass\n"
+    assert tiers_of("test_app_hostile.py::test_x", code=server) == {"app", "browser"}
+
+
+def test_an_apptest_is_fast_only_as_its_pages_smoke_and_a_slow_entry_is_never_fast():
+    assert tiers_of("test_app_train.py::test_x", fixtures=("open_page",)) == {"app", "slow"}
+    assert tiers_of("test_spec.py::test_x", fixtures=("page", "open_page")) == {"app", "slow"}
+    assert tiers_of("test_app_x.py::test_x", code="at = AppTest.from_file(APP)") == {"app", "slow"}
+    assert tiers_of(PAGE_SMOKES[0] + "[p]", fixtures=("open_page",)) == {"app", "fast"}
+    entry = next(entry for entry in SLOW if "::" in entry and not entry.startswith("test_app_"))
+    assert tiers_of(entry + "[p]") == {"slow"} and tiers_of(entry.split("::")[0] + "::test_other") == {"fast"}
+    whole = next(entry for entry in SLOW if "::" not in entry)
+    assert tiers_of(whole + "::test_anything") == {"slow"}
+
+
+def test_the_tiers_are_the_markers_pytest_knows():
+    """--strict-markers: a tier used in conftest and not registered in pyproject.toml fails every run."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    registered = {line.split(":")[0] for line in options["markers"]}
+    assert TIERS <= registered and set(FAST_EXCLUDES) < TIERS
+    assert "--strict-markers" in options["addopts"].split()
