@@ -323,3 +323,24 @@ def test_the_tabs_of_one_browser_share_its_job_cap(tmp_path):
         other.locator(".st-key-train-stop button:enabled").first.wait_for(timeout=120_000)
         other.locator(".st-key-train-stop button").first.click()
         page.locator(".st-key-train-stop button").first.click()
+
+
+def test_a_link_built_to_stall_the_parser_is_one_line_while_a_second_tab_loads(tmp_path):
+    """`0:1*1111111111,` nine times then `x` as topology.shortcuts: a backtracking pattern would hold the
+    interpreter (and so every session of the server) for many minutes. The page says in one line what is wrong
+    with the field, and another tab of the server loads meanwhile and afterwards."""
+    browsing = browser_driver()
+    freezing = "0:1*1111111111," * 9 + "x"
+    query = f"preset=ancre-fig2b-none&topology=shortcuts&topology.shortcuts={freezing}"
+    with browsing.serve(tmp_path / "home") as base, browsing.browser(tmp_path / "profile") as page:
+        page.goto(f"{base}/?{query}")
+        other = page.context.new_page()
+        other.goto(f"{base}/?preset=ancre-fig2b-0:2")
+        browsing.wait_ready(other, 120_000)
+        alert = page.locator('[data-testid="stAlert"]', has_text="topology.shortcuts").first
+        alert.wait_for(timeout=120_000)
+        shown = " ".join(alert.inner_text().split())
+        assert "'x' is not a shortcut" in shown and "0:3*0.5" in shown, shown
+        assert browsing.exceptions(page) == 0 and browsing.exceptions(other) == 0
+        other.reload()
+        browsing.wait_ready(other, 120_000)

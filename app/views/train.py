@@ -96,7 +96,7 @@ def load_preset() -> None:
 
 
 load_from_url()
-pass  # restore_form()
+restore_form()
 with st.sidebar:
     st.subheader("Experiment")
     presets = explorer.registry("presets")
