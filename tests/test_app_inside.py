@@ -170,7 +170,12 @@ def test_the_diagnosis_of_a_diverged_run_is_shown_with_its_numbers(open_page):
     shown = " ".join(w.value for w in at.warning).replace("\\", "")
     assert "Diverged" in shown and "Theorem 4" in shown and "Sec. 3.3" in shown
     assert growth.measured in shown and f"1/sqrt(L) = {30 ** -0.5:.2f}" in shown and "lr 0.001" in shown
-    table = next(e for e in at.expander if e.label.startswith("Diagnosis")).table[0].value
+    lines = expected.summary_lines(run)  # the three lines, as on Train; the paragraph is folded below
+    assert all(line in shown for line in lines) and expected.explain(run) not in shown
+    detail = next(e for e in at.expander if e.label.startswith("Diagnosis"))
+    assert detail.label == "Diagnosis: why, in detail" and not detail.proto.expanded
+    assert [m.value.replace("\\", "") for m in detail.markdown] == [expected.explain(run)]
+    table = detail.table[0].value
     assert list(table["quantity"]) == [q.name for q in expected.quantities]
     assert list(table["measured"]) == [q.measured for q in expected.quantities]
 

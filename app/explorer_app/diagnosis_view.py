@@ -33,12 +33,12 @@ def explanation(diagnosis: explorer.Diagnosis | str, run) -> str:
     return "\n\n" + "\n".join(f"- {messages.escape(line)}" for line in diagnosis.summary_lines(run))
 
 
-def show_table(table: list | explorer.Diagnosis | str | None, expanded: bool = False, run=None) -> None:
+def show_table(table: list | explorer.Diagnosis | str | None, expanded: bool = False, run=None,
+               detail: str | None = None) -> None:
     """The detail, folded (open when `expanded`): for a diagnosis and the `run` that failed, the full paragraph
-    (`Diagnosis.explain`) above the table of the measured quantities against their predictions (a diagnosis, or
-    its table's rows); the verdict comes first and every cell wraps, so all of it reads at 1280 px. Nothing for
-    a line saying why there is no diagnosis."""
-    detail = None
+    (`Diagnosis.explain`, or `detail` given with a table's rows) above the table of the measured quantities against
+    their predictions (a diagnosis, or its table's rows); the verdict comes first and every cell wraps, so all of
+    it reads at 1280 px. Nothing for a line saying why there is no diagnosis."""
     if isinstance(table, explorer.Diagnosis):
         if run is not None and explorer.diagnosis.outcome(run).failed:
             detail = table.explain(run)

@@ -84,8 +84,8 @@ with st.expander("The code this model runs"):
 
 @st.cache_data(show_spinner="Measuring the papers' quantities on this model...", max_entries=64)
 def run_diagnosis(root: str, run_id: str, status: str) -> dict:
-    """The stored run's diagnosis as {"table": rows, "explanation": text or None} (None while it trains, and when
-    it ended neither diverged nor stalled), or {"error": text} where it cannot be computed here. Cached per
+    """The stored run's diagnosis as {"table": rows, "explanation": three lines or None, "detail": the paragraph or
+    None} (None while it trains, and when it ended neither diverged nor stalled), or {"error": text} where it cannot be computed here. Cached per
     store, run and status (an ended run's outcome does not change; one still training is explained when it ends)."""
     store = state.store()
     record = store.get(run_id, arrays=False)
@@ -93,7 +93,8 @@ def run_diagnosis(root: str, run_id: str, status: str) -> dict:
     if not isinstance(diagnosis, explorer.Diagnosis):
         return {"error": diagnosis}
     failed = status in ("finished", "diverged") and explorer.diagnosis.outcome(record).failed
-    return {"table": diagnosis.table(), "explanation": diagnosis.explain(record) if failed else None}
+    return {"table": diagnosis.table(), "explanation": diagnosis_view.explanation(diagnosis, record) if failed else None,
+            "detail": diagnosis.explain(record) if failed else None}
 
 
 def show_diagnosis(found: dict, status: str) -> None:
@@ -102,10 +103,10 @@ def show_diagnosis(found: dict, status: str) -> None:
     if "error" in found:
         st.caption(found["error"])
         return
-    if found["explanation"]:
-        st.warning(f"**{'Diverged' if status == 'diverged' else 'Stalled'}**: {messages.escape(found['explanation'])}",
+    if found["explanation"]:  # three lines, already escaped; the paragraph is folded with the table
+        st.warning(f"**{'Diverged' if status == 'diverged' else 'Stalled'}**: {found['explanation']}",
                    icon=":material/troubleshoot:")
-    diagnosis_view.show_table(found["table"], expanded=bool(found["explanation"]))
+    diagnosis_view.show_table(found["table"], detail=found["detail"])
 
 
 show_diagnosis(run_diagnosis(str(store.root), run_id, record["status"]), record["status"])
