@@ -61,7 +61,30 @@ def warm_up_of(spec: explorer.ExperimentSpec) -> explorer.ExperimentSpec:
     return spec.with_values({"optim.name": mini, "train.batch_size": 2, "train.steps": 1, "train.log_every": 1})
 
 
-CHILD = textwrap.dedent("""
+# The measuring loop both children share: each job in a forked child (its own heap, the parent's imports and caches
+# already warm), its peak reset right before the measured work, one JSON line per job on standard output.
+IN_A_FORK = """
+def measured_in_a_fork(label, prepare, work):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        prepared = prepare()
+        gc.collect()  # what prepare() left in reference cycles
+        with open("/proc/self/clear_refs", "w") as hwm:
+            hwm.write("5")  # the peak so far back to the current resident set
+        baseline = peak()
+        work(prepared)
+        os.write(write, json.dumps([label, peak() - baseline]).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        text = answer.read()
+    _, status = os.waitpid(pid, 0)
+    print(text if status == 0 else json.dumps([label, f"the child exited with status {status}"]), flush=True)
+"""
+
+CHILD = IN_A_FORK + textwrap.dedent("""
     import gc, json, os, resource, sys
 
     import torch
@@ -80,24 +103,8 @@ CHILD = textwrap.dedent("""
             explorer.train(warm)
             warmed |= {spec.model.name, spec.optim.name}
     gc.collect()
-    for label, spec, warm in jobs:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            explorer.train(warm)
-            gc.collect()  # the warm-up's optimizer and model, some held in reference cycles
-            with open("/proc/self/clear_refs", "w") as hwm:
-                hwm.write("5")  # the peak so far (the warm-up's) back to the current resident set
-            baseline = peak()
-            explorer.train(spec)
-            os.write(write, json.dumps([label, peak() - baseline]).encode())
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as answer:
-            text = answer.read()
-        _, status = os.waitpid(pid, 0)
-        print(text if status == 0 else json.dumps([label, f"the child exited with status {status}"]), flush=True)
+    for label, spec, warm in jobs:  # the warm-up again in the child, then the measured run
+        measured_in_a_fork(label, lambda: explorer.train(warm), lambda _: explorer.train(spec))
 """)
 
 # Every model entry (with Adam: two states per weight) and every optimizer entry (on a dense and a Transformer
@@ -148,7 +155,7 @@ PROBED = {
 }
 PROBE_FACTOR = 8.0  # the estimate may be this many times the peak (jacrev's chunks are sized from the same cap)
 
-PROBE_CHILD = textwrap.dedent("""
+PROBE_CHILD = IN_A_FORK + textwrap.dedent("""
     import gc, json, os, sys
 
     import torch
@@ -167,25 +174,13 @@ PROBE_CHILD = textwrap.dedent("""
         explorer.probe(model, data.x_val[:1], name)
     del model, data
     gc.collect()
+    def built(spec, inputs):
+        model, data = explorer.build(explorer.ExperimentSpec.from_json(spec))
+        return model.eval(), data.x_val[:inputs]
+
     for label, spec, name, inputs in jobs:
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            model, data = explorer.build(explorer.ExperimentSpec.from_json(spec))
-            x = data.x_val[:inputs]
-            gc.collect()
-            with open("/proc/self/clear_refs", "w") as hwm:
-                hwm.write("5")
-            baseline = peak()
-            explorer.probe(model.eval(), x, name, max_inputs=inputs)
-            os.write(write, json.dumps([label, peak() - baseline]).encode())
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as answer:
-            text = answer.read()
-        _, status = os.waitpid(pid, 0)
-        print(text if status == 0 else json.dumps([label, f"the child exited with status {status}"]), flush=True)
+        measured_in_a_fork(label, lambda: built(spec, inputs),
+                           lambda prepared: explorer.probe(*prepared, name, max_inputs=inputs))
 """)
 
 
