@@ -4,7 +4,6 @@ Five pages: Train (live runs), Inside (probe a run), Compare (overlay runs, laun
 Papers (each paper's claims, rerun at CPU scale) and Theory (the closed-form results).
 """
 
-import os
 from pathlib import Path
 
 # Heavy libraries are imported here, before any page runs: two sessions importing pandas at the same moment
@@ -19,8 +18,8 @@ import torch  # noqa: F401
 import explorer  # noqa: F401
 import explorer.papers  # noqa: F401  (the presets and claims the pages list)
 from explorer.runs import StoreError, home
-from explorer.settings import SettingError
-from explorer_app import messages, state
+from explorer.settings import SettingError, admin_token
+from explorer_app import layout, messages, state
 from explorer_app.limits import limits, restrict_data_reads
 
 TRAINING_PAGES = ("", "compare", "papers")  # Train (served at /), Compare and Papers submit jobs; Theory, Inside never
@@ -28,6 +27,7 @@ WARM_DELAY_S = 1.5  # the worker processes import torch: on 2 cores, let the bro
 VIEWS = Path(__file__).resolve().parent / "views"  # resolved: st.Page reads a relative path from the script's folder
 
 st.set_page_config(page_title="Residual Explorer", page_icon="🔀", layout="wide")
+layout.projector()
 
 pages = [
     st.Page(VIEWS / "train.py", title="Train", icon=":material/model_training:", default=True),  # served at /
@@ -36,7 +36,7 @@ pages = [
     st.Page(VIEWS / "papers.py", title="Papers", icon=":material/menu_book:", url_path="papers"),
     st.Page(VIEWS / "theory.py", title="Theory", icon=":material/functions:", url_path="theory"),
 ]
-if os.environ.get("EXPLORER_ADMIN_TOKEN"):  # the operator's page exists only when a token is set
+if admin_token():  # the operator's page exists only when a token is set
     pages.append(st.Page(VIEWS / "admin.py", title="Admin", icon=":material/admin_panel_settings:", url_path="admin"))
 page = st.navigation(pages)
 restrict_data_reads()  # before any page can validate a spec that names a file

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import NamedTuple
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-from explorer.registries import SpecError
-from explorer.settings import whole_number
+from explorer.registries import SpecError, registry
+from explorer.settings import number
 
-DEFAULT_MAX_DATA_MB = 512
-DEFAULT_MAX_MODEL_MB = 2048
 MB = 1_000_000
 FALLBACK_EXAMPLES = 2_000  # a dataset whose size no parameter states: the digits sets (1797 images)
 OPTIMIZER_STATES = {"gd": 1, "sgd": 1, "adam": 2, "adamw": 2, "adagrad": 1, "soap": 4}  # tensors per parameter
@@ -45,13 +45,7 @@ class Caps(NamedTuple):
 
 def caps() -> Caps:
     """The caps in force: EXPLORER_MAX_DATA_MB and EXPLORER_MAX_MODEL_MB, or their defaults."""
-    return Caps(_positive("EXPLORER_MAX_DATA_MB", DEFAULT_MAX_DATA_MB),
-                _positive("EXPLORER_MAX_MODEL_MB", DEFAULT_MAX_MODEL_MB))
-
-
-def _positive(variable: str, default: int) -> int:
-    return whole_number(variable, default, "megabytes one run's " + ("data" if "DATA" in variable else "model")
-                        + " may take")
+    return Caps(number("EXPLORER_MAX_DATA_MB"), number("EXPLORER_MAX_MODEL_MB"))
 
 
 # ---- estimates ---------------------------------------------------------------------------------------
@@ -102,15 +96,10 @@ def data_bytes(spec) -> int:
 
 
 def _positions(spec, input_shape: tuple[int, ...]) -> int:
-    """Positions each layer computes on per example: tokens (GPT), patches (ViT), pixels (conv nets), else 1."""
-    model = spec.model.params
-    if spec.model.name == "gpt":
-        return input_shape[0]
-    if spec.model.name == "vit":
-        return (input_shape[-1] // model.get("patch", 1)) ** 2 + 1
-    if len(input_shape) == 3 and spec.model.name in ("resnet-cifar", "allconv"):
-        return input_shape[1] * input_shape[2]
-    return 1
+    """Positions each layer computes on per example, as the model declares them (ModelInfo.positions)."""
+    from explorer.nn.models import MODELS
+
+    return max(int(MODELS[spec.model.name].info.positions(spec.model.params, tuple(input_shape))), 1)
 
 
 def activation_bytes(spec) -> int:
@@ -219,7 +208,7 @@ PROCESS_ALLOWANCE_MB = 1024
 
 def _set_limit_mb() -> int | None:
     """EXPLORER_MEMORY_LIMIT_MB, None when unset."""
-    return whole_number("EXPLORER_MEMORY_LIMIT_MB", 0, "megabytes a process that runs jobs may take", low=0) or None
+    return number("EXPLORER_MEMORY_LIMIT_MB") or None
 
 
 def process_limit_mb(limits: Caps | None = None) -> int:
@@ -281,64 +270,76 @@ def probe_bytes(spec, probes: dict, inputs: int) -> dict[str, int]:
     return {name: int(cost(name, options or {}, inputs)) for name, options in probes.items()}
 
 
-def _probe_cost(spec, params: int, limits: Caps):
-    """cost(name, options, inputs): `probe_bytes` of one probe, for a spec whose model has `params` parameters,
-    under `limits` (the model cap sets how many Jacobian rows jacrev forms at once)."""
-    from explorer.data import dims
-    from explorer.nn.models import MODELS
+@dataclass(frozen=True)
+class ProbeCost:
+    """What a probe's declared cost (ProbeInfo.cost) is computed from: the model's sizes (`params` parameters,
+    `depth` blocks of `width`, `positions` per example, `stream` = positions x width numbers per example between
+    the blocks, `heads`, `transformer`), the probe's `options` and `n` inputs (at most its max_inputs), and the
+    costs of the steps probes share (`forward`, `maps`, `jacobian_bytes`); every size in bytes."""
 
-    chunk_budget = int(JACOBIAN_MEMORY * limits.max_model_mb * MB)
-    found = dims(spec.data)
-    model = spec.model.params
-    width, depth = int(model.get("width", found.input_dim)), max(int(model.get("depth", 1)), 1)
-    positions = _positions(spec, found.input_shape)
-    stream = positions * width  # numbers per example between the blocks
-    transformer = MODELS[spec.model.name].info.transformer
-    kind = "transformer" if transformer else "conv" if positions > 1 else "dense"
+    params: int
+    depth: int
+    width: int
+    positions: int
+    heads: int
+    transformer: bool
+    per_layer: float  # values a layer keeps per position and width unit (activation_bytes' count)
+    chunk_budget: int  # bytes the rows of a Jacobian formed at once may take (JACOBIAN_MEMORY of the model cap)
+    options: Mapping[str, Any]
+    n: int
 
-    def maps(n: int) -> int:  # the attention scores and weights of every block on n inputs (none without attention)
-        return 4 * 2 * n * int(model.get("heads", 1)) * positions ** 2 * depth if transformer else 0
+    @property
+    def stream(self) -> int:
+        return self.positions * self.width
 
-    def forward(n: int) -> int:  # the bytes one forward pass on n inputs keeps (activation_bytes' count)
-        return 4 * n * positions * width * depth * _per_layer(kind, model) + maps(n)
+    def maps(self, n: int) -> int:
+        """The attention scores and weights of every block on n inputs (none without attention)."""
+        return 4 * 2 * n * self.heads * self.positions ** 2 * self.depth if self.transformer else 0
 
-    def rows_at_once(rows: int, per_row: int) -> int:
+    def forward(self, n: int) -> int:
+        """The bytes one forward pass on n inputs keeps (activation_bytes' count)."""
+        return int(4 * n * self.positions * self.width * self.depth * self.per_layer) + self.maps(n)
+
+    def rows_at_once(self, rows: int, per_row: int) -> int:
         """Bytes jacrev's batched backward keeps for the attention maps of a chunk of `rows` rows, each keeping
         `per_row` (maps(inputs))."""
-        return min(rows, max(1, chunk_budget // max(per_row, 1))) * per_row
+        return min(rows, max(1, self.chunk_budget // max(per_row, 1))) * per_row
 
-    def jacobian_bytes(rows: int, columns: int, method: str, iterations: int, n: int) -> float:
+    def jacobian_bytes(self, rows: int, columns: int, method: str, iterations: int, n: int) -> float:
         """J (rows x columns, through n inputs) formed exactly (its entries and the attention maps of the rows
         formed at once), or estimated by Lanczos (its vectors, and a jvp and a vjp at a time); "auto" chooses as
         param-jacobian does."""
-        lanczos = 8 * (iterations + 1) * min(rows, columns) + 2 * forward(n)
+        lanczos = 8 * (iterations + 1) * min(rows, columns) + 2 * self.forward(n)
         if method == "lanczos" or (method == "auto" and rows > EXACT_JACOBIAN_ROWS):
             return lanczos
         entries = rows * columns if method == "exact" else min(rows * columns, EXACT_JACOBIAN_ENTRIES)
-        exact = JACOBIAN_BYTES_PER_ENTRY * entries + rows_at_once(rows, maps(n))
+        exact = JACOBIAN_BYTES_PER_ENTRY * entries + self.rows_at_once(rows, self.maps(n))
         return exact if method == "exact" else max(exact, lanczos)  # auto: `columns` is generous, so either
 
+
+def _probe_cost(spec, params: int, limits: Caps):
+    """cost(name, options, inputs): `probe_bytes` of one probe, for a spec whose model has `params` parameters,
+    under `limits` (the model cap sets how many Jacobian rows jacrev forms at once), from the probe's own
+    declared cost (ProbeInfo.cost)."""
+    from explorer.data import dims
+    from explorer.nn.models import MODELS
+
+    probes = registry("probes")  # filled by explorer.probes, a layer above: asked through the registry
+    found = dims(spec.data)
+    model = spec.model.params
+    positions = _positions(spec, found.input_shape)
+    transformer = MODELS[spec.model.name].info.transformer
+    kind = "transformer" if transformer else "conv" if positions > 1 else "dense"
+    shape = dict(params=params, depth=max(int(model.get("depth", 1)), 1),
+                 width=int(model.get("width", found.input_dim)), positions=positions,
+                 heads=int(model.get("heads", 1)), transformer=transformer, per_layer=_per_layer(kind, model),
+                 chunk_budget=int(JACOBIAN_MEMORY * limits.max_model_mb * MB))
+
     def cost(name: str, options: dict, inputs: int) -> int:
+        if name not in probes:
+            raise SpecError("probe", f"unknown probe {name!r}; use one of {', '.join(probes)}")
         n = min(inputs, int(options.get("max_inputs", inputs)))
-        if name == "jacobian":  # each input's stream x stream Jacobian, vmapped over the inputs
-            refused = stream > int(options.get("max_dim", 2048))  # the probe refuses it before computing
-            return forward(n) + (0 if refused else JACOBIAN_BYTES_PER_ENTRY * n * stream * stream
-                                 + rows_at_once(stream, maps(n)))
-        if name == "param-jacobian":  # J_l: every output of n inputs by one block's parameters; K_l: one block
-            method, iterations = str(options.get("method", "auto")), int(options.get("iterations", 80))
-            block = -(-params // depth)  # one block's parameters, generously
-            return 4 * params + forward(n) + max(jacobian_bytes(n * stream, block, method, iterations, n),
-                                                   jacobian_bytes(stream, stream, method, iterations, 1))
-        if name == "weights":
-            return 12 * params  # each matrix's SVD: a copy, its residual W - I and LAPACK's workspace
-        if name == "dead":
-            return forward(n) + 4 * params  # a backward pass: the gradients of every weight
-        if name == "attention":
-            return forward(1) + 3 * maps(1)  # every block's maps of one input, in float64, three times
-        if name == "pca":
-            tokens = n * positions * width
-            return forward(n) + 4 * (depth + 1) * tokens + 7 * 8 * tokens  # every block's tokens; PCA, the probe
-        return 2 * forward(n)  # norms, coefficients and probes not counted above: forward passes
+        return int(probes[name].info.cost(ProbeCost(options=options, n=n, **shape)))
 
     return cost
 

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from explorer.settings import whole_number
+from explorer.settings import number
 
 _MISSING = object()
 
@@ -76,11 +76,11 @@ class LRUCache:
             self._items.clear()
 
 
-def megabytes_from_env(variable: str, default_mb: int) -> Callable[[], int]:
-    """A limit in bytes read from `variable` (megabytes, 0 or more; 0 keeps nothing) each time; the default when
-    unset; a SettingError naming the variable when it is not a whole number."""
+def megabytes_setting(name: str) -> Callable[[], int]:
+    """A limit in bytes read from the setting `name` (megabytes, 0 or more; 0 keeps nothing) each time; its default
+    when unset; a SettingError naming the variable when it is not a whole number."""
     def limit() -> int:
-        return whole_number(variable, default_mb, "megabytes this cache may hold", low=0) * 1_000_000
+        return number(name) * 1_000_000
 
     return limit
 

@@ -213,6 +213,30 @@ def ranked(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
 REFERENCE_DESIGN = f"0:{CHALLENGE.depth - 1}"
 
 
+def loss_text(loss: float | None) -> str:
+    """A last loss as a table shows it: 3 significant digits, scientific when small ("4e-13"); "not finite" for
+    None (a diverged run)."""
+    return "not finite" if loss is None or not math.isfinite(loss) else f"{loss:.3g}"
+
+
+def against_answer(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """One line comparing a table of designs tried (`ranked`) with the papers' answer REFERENCE_DESIGN, once the
+    table has scored the answer: which design beat it and by how many steps, or that none has yet. None while the
+    answer is not in the table (its steps are unknown here) or nothing reached the target."""
+    scored = [row for row in rows if row.get("steps") is not None]
+    answer = next((row for row in scored if row["design"] == REFERENCE_DESIGN), None)
+    if answer is None:
+        return None
+    best = min(scored, key=lambda row: row["steps"])
+    if best["steps"] < answer["steps"]:
+        return (f"A design in the table beat the answer: {best['design']} reached {CHALLENGE.target_loss:g} in "
+                f"{best['steps']} steps against {REFERENCE_DESIGN} in {answer['steps']}. {REFERENCE_DESIGN} is the "
+                f"papers' best single shortcut; the rules allow {CHALLENGE.max_shortcuts}, and a second one can "
+                "shorten the path from the input.")
+    return (f"No design in the table beat the answer yet: {REFERENCE_DESIGN} reached {CHALLENGE.target_loss:g} in "
+            f"{answer['steps']} steps.")
+
+
 def _why() -> str:
     """The papers' answer in words: why 0:K-1, why not 0:1, and why two shortcuts can beat it."""
     k = CHALLENGE.depth

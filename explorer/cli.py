@@ -59,7 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     claims.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the paper-scale runs train")
     claims.add_argument("--json", action="store_true",
                         help="print every field of the claim results as JSON (statement, source, set-up, per-seed "
-                             "numbers, rule, threshold, verdict)")
+                             "numbers, rule, threshold, verdict) on stdout, alone (progress goes to stderr)")
+    claims.add_argument("--reproduce", metavar="PAPER/ID",
+                        help="rerun one seed of a recorded claim in full mode and print, per per-seed series, the "
+                             "recorded and the rerun value and their difference, and both machines")
+    claims.add_argument("--seed", type=int, metavar="N", help="with --reproduce: the recorded seed to rerun (default 0)")
     claims.add_argument("--recorded", action="store_true",
                         help="run nothing: show the full-mode results recorded with the package (3 seeds), with "
                              "when and where they were recorded")
@@ -335,6 +339,10 @@ def _claims(args) -> int:
     """`explorer claims`: run the claims and print the table (or JSON); exit 0 whatever the verdicts."""
     from explorer.papers.claims import record, recorded, run_claims, select, table
 
+    if args.seed is not None and args.reproduce is None:
+        raise SpecError("--seed", "picks the seed of --reproduce PAPER/ID: add --reproduce, or drop --seed")
+    if args.reproduce is not None:
+        return _reproduce(args)
     if args.recorded:
         stored = recorded(args.paper)
         rows = [r for r in stored["rows"] if args.ids is None or r["id"] in args.ids]
@@ -362,7 +370,7 @@ def _claims(args) -> int:
     def show(row) -> None:
         done.append(row)
         bar.write(f"[{len(done)}/{total}] {row['paper']}/{row['id']} ({row['section']}): {row['verdict']}"
-                  f" in {row['seconds']:.1f} s")
+                  f" in {row['seconds']:.1f} s", file=sys.stderr)
         bar.update(1)
 
     def progress(state) -> None:
@@ -378,6 +386,30 @@ def _claims(args) -> int:
         path = record(rows, started=started, workers=workers, backend=args.backend, batched=args.batched)
         print(f"recorded {len(rows)} rows in {path}", file=sys.stderr)
     print(json.dumps(rows) if args.json else table(rows))
+    return 0
+
+
+def _reproduce(args) -> int:
+    """`explorer claims --reproduce PAPER/ID [--seed N]`: rerun one recorded seed, print recorded vs now (JSON with
+    --json)."""
+    from explorer.papers.claims import reproduce
+
+    key = args.reproduce if "/" in args.reproduce or args.paper is None else f"{args.paper}/{args.reproduce}"
+    result = reproduce(key, 0 if args.seed is None else args.seed)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    was, now = result["recorded"], result["now"]
+    print(f"{result['key']}, seed {result['seed']}, rerun in full mode in {result['seconds']:.1f} s")
+    if was is None:
+        print("machine: the row does not store one; this one: " + ", ".join(f"{k} {v}" for k, v in now.items()))
+    else:
+        for name in now:
+            print(f"machine {name}: recorded {was.get(name, '-')}; now {now[name]}"
+                  f"{'' if was.get(name) == now[name] else ' (differs)'}")
+    for name, before, after, difference in result["series"]:
+        print(f"{name}:\n  recorded {before}\n  now      {after}\n  "
+              f"difference {'(not numbers, and they differ)' if difference is None else difference}")
     return 0
 
 

@@ -17,7 +17,7 @@ not account for is said to be unexplained, never given a cause.
 `summary_lines` are short enough for a projector (at most SUMMARY_WIDTH characters each) and quote the same
 formatted numbers as `explain`'s paragraph, which stays the detail.
 
-The rules, each from a paper's statement (texts in shared/papers/):
+The rules, each from a paper's statement:
 
 * tau paper (Stability and Convergence Theory for Learning ResNet), Theorem 1 (Sec. 3.1) and Theorem 4
   (Sec. 3.3, App. G), on its model h_l = relu(h_{l-1} + tau W_l h_{l-1}) (model mlp-resnet with the tau or the
@@ -80,7 +80,7 @@ from explorer.training import build
 __all__ = ["Diagnosis", "Quantity", "diagnose", "outcome"]
 
 STALL_FRACTION = 0.95  # stalled: the last logged loss is still at least this share of the first one
-INPUTS = 64  # validation examples the stream norms are measured on
+INPUTS = 128  # validation examples the stream norms are measured on (as the tau claims measure them)
 JACOBIAN_INPUTS = 4  # of those, the ones chi is computed on
 JACOBIAN_MAX_DIM = 512  # chi only for streams of at most this many numbers per example (a backward pass per number)
 TAU_PAPER = "tau paper (Stability and Convergence Theory for Learning ResNet)"
@@ -307,9 +307,10 @@ def _device(model: nn.Module) -> torch.device:
 
 @torch.no_grad()
 def stream_growth(model: nn.Module, x: torch.Tensor) -> float:
-    """||h_n|| / ||h_0|| of the block stack over a batch: sqrt(sum ||stack(h_0)||^2 / sum ||h_0||^2) with
-    h_0 = model.embed(x), the root of the squared-norm ratio the tau paper's theorems bound (NaN when it
-    is not finite)."""
+    """||h_n|| / ||h_0|| of the block stack, as the tau paper's theorems bound it: the root of the mean over the
+    examples of ||stack(h_0)||^2 / ||h_0||^2, h_0 = model.embed(x), in float64 so that an exploding stream stays
+    finite as long as it can (NaN when it is not finite). The tau claims (explorer.papers.tau) measure the
+    same quantity on the same INPUTS validation examples, so a run's diagnosis and the Papers page agree."""
     was = model.training
     model.eval()
     try:
@@ -317,7 +318,8 @@ def stream_growth(model: nn.Module, x: torch.Tensor) -> float:
         hn = model.stack(h0)
     finally:
         model.train(was)
-    ratio = float(hn.double().pow(2).sum().sqrt() / h0.double().pow(2).sum().sqrt())
+    ratio2 = hn.double().flatten(1).pow(2).sum(1) / h0.double().flatten(1).pow(2).sum(1)
+    ratio = float(ratio2.mean().sqrt())
     return ratio if math.isfinite(ratio) else math.nan
 
 
@@ -391,7 +393,7 @@ def _tau_paper(spec, model, growth: float, quantities, rules, notes, tries) -> N
                                f"lr {lr:g} with {spec.optim.name} here, lr {TAU_PAPER_LR:g} with SGD in the paper"))
     if tau <= threshold:
         return
-    # where L^-1/4 starts to diverge on digits at each rate: the fig1-trainability claim's runs (notebook 04)
+    # where L^-1/4 starts to diverge on digits at each rate: the fig1-threshold claim's runs (notebook 04)
     digits = spec.data.name == "digits"
     if math.isclose(lr, TAU_PAPER_LR):
         notes.append(f"This run already uses the paper's Figure 1 rate lr {TAU_PAPER_LR:g} (Sec. 5.1): with the stream "

@@ -8,7 +8,7 @@ generator shared across a model is consumed identically whatever the values.
 
 Sources
 -------
-* IDInit: "Fully Identical Initialization" (shared/papers/002_*): Eq. 3 (IDI_tau),
+* IDInit: "IDInit: A Universal and Stable Initialization Method" (Fully Identical Initialization): Eq. 3 (IDI_tau),
   Sec. 3.1.2 (rank constraint, replica problem, loose condition), Sec. 3.1.3
   (patch-maintain convolution IDIC_tau, Eq. 10), Sec. 3.2 (IDIZ_eps, IDIZC_eps),
   Appendix A.4 (proof of Theorem 3.1), Appendix B (tau = sqrt(2) on the first layer of

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from explorer.registries import SpecError
+from explorer.settings import ray_address
 
 BACKENDS = ("local", "ray")
 
@@ -144,7 +145,7 @@ def connect_ray(cpus: int):
         raise SpecError("backend", "the ray backend needs Ray: pip install 'explorer[ray]' (or use --backend local)") \
             from None
     if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS") or None
+        address = ray_address()
         ray.init(address=address, include_dashboard=False, log_to_driver=False,
                  **({} if address else {"num_cpus": cpus}))
     return ray

@@ -75,6 +75,7 @@ __all__ = [
     "to_png_bytes",
     "training_progress",
     "verdict_table",
+    "wrap_title",
     "claim_figure",
     "per_seed_summary",
 ]
@@ -395,6 +396,8 @@ MAX_PATHS_SHOWN = 3  # an unrolled cell's hover lists its largest paths, then ho
 MAX_PATH_SIZE = 33  # above this size an unrolled cell's hover gives its path count, not the paths (cost grows as L^3)
 MAX_TERMS_SHOWN = 4  # a softmax's denominator lists this many terms, then how many more
 FORCED_GREY = "#c8c8c8"
+MAX_TICK_LABELS = 16  # a heatmap labels at most this many states per axis (more overlap at a projector's size)
+TITLE_LINE_CHARS = 48  # a wrapped title's longest line: it fits a half-width app column at 1280 px
 _SUBSCRIPTS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
 
 
@@ -590,6 +593,33 @@ def _forced_cells(result: Mapping[str, Any] | None, basis: str, n: int) -> np.nd
     return cells
 
 
+def wrap_title(text: str, width: int = TITLE_LINE_CHARS) -> str:
+    """`text` broken into lines of at most `width` characters at spaces (plotly titles do not wrap, and a long one
+    is cut at the figure's edge). Lines it already has (<br>) are kept; a line holding other HTML tags is left as
+    it is, and a single word longer than `width` gets a line of its own."""
+    lines = []
+    for part in str(text).split("<br>"):
+        if "<" in part or len(part) <= width:
+            lines.append(part)
+            continue
+        line = ""
+        for word in part.split(" "):
+            if line and len(line) + 1 + len(word) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = f"{line} {word}" if line else word
+        lines.append(line)
+    return "<br>".join(lines)
+
+
+def _state_ticks(states: list[str], labels: list[str]) -> dict[str, Any]:
+    """A heatmap axis's ticks: every state's label up to MAX_TICK_LABELS states, else every k-th one (the input
+    first), so the labels do not overlap; the hover still names every cell."""
+    step = math.ceil(len(states) / MAX_TICK_LABELS)
+    return dict(tickmode="array", tickvals=states[::step], ticktext=labels[::step])
+
+
 def coefficient_heatmap(
     matrix: Any,
     title: str,
@@ -603,7 +633,8 @@ def coefficient_heatmap(
     Rows are destinations and columns sources, both the states x_0 (the input) .. x_L (after block L, the output),
     named as every figure names blocks (`blocks`, e.g. "block 2 attn" for a Transformer's sub-block at module
     level; default "block 1" ... "block L"). State j reads only states 0..j, so the upper triangle is blank. Up to
-    MAX_CELL_TEXT states (12 blocks) each cell prints its value. The colour scale fits the values: sequential
+    MAX_CELL_TEXT states (12 blocks) each cell prints its value; past MAX_TICK_LABELS states the axes label every
+    k-th state, and a long title is wrapped (`wrap_title`). The colour scale fits the values: sequential
     from 0 to the largest when none is negative, diverging about 0 only when signs occur.
     With `log_ratio` the matrix is ANCRe's log(c_ij / c_max,j) view: values <= 0 on a sequential scale whose top is
     0, -inf (a zero coefficient) shown blank.
@@ -683,13 +714,16 @@ def coefficient_heatmap(
     source = "y" if result is not None and basis == "unrolled" and state else "x"  # branch outputs, when known
     fig.update_xaxes(title_text=f"source: the state {SOURCE_STATE}" if source == "x" else
                      "source: x_0 (the input), or y_i (block i's own output)", type="category", side="bottom",
-                     tickmode="array", tickvals=states,
-                     ticktext=[f"{'x' if k == 0 else source}{_sub(k)} {name}" for k, name in enumerate(states)])
+                     **_state_ticks(states, [f"{'x' if k == 0 else source}{_sub(k)} {name}"
+                                             for k, name in enumerate(states)]))
     fig.update_yaxes(title_text=f"destination: {TARGET_STATE}" if state else
                      "destination: the input of block j+1 (the last row: the output)", type="category",
-                     autorange="reversed", scaleanchor="x", tickmode="array", tickvals=states,
-                     ticktext=[f"x{_sub(k)} {name}" for k, name in enumerate(states)])
-    return _finish(fig, title)
+                     autorange="reversed", scaleanchor="x",
+                     **_state_ticks(states, [f"x{_sub(k)} {name}" for k, name in enumerate(states)]))
+    return _finish(fig, wrap_title(title))
+
+
+NO_PREFERENCE = 0.05  # mass_summary: learned coefficients all within this of their start have not chosen yet
 
 
 def mass_summary(result: Mapping[str, Any], top: int = 5) -> str:
@@ -697,7 +731,8 @@ def mass_summary(result: Mapping[str, Any], top: int = 5) -> str:
     by coefficient, one line each, with the change since initialisation. The initial coefficient is the result's
     `initial_own` where the probe gives it, else a uniform softmax: 1 / (the sources of j) ingoing, 1 / (the
     destinations of i) outgoing, 1 without normalisation (logits start at 0). The layer's own residual (+1 on
-    a(j-1, j)) is left out. "" for a result without learned shortcut coefficients."""
+    a(j-1, j)) is left out; when no coefficient moved NO_PREFERENCE from its start, a last line says that this
+    means no preference yet. "" for a result without learned shortcut coefficients."""
     if "logits" not in result and "initial_own" not in result:
         return ""
     own = np.array(result["own"], dtype=float)
@@ -722,6 +757,12 @@ def mass_summary(result: Mapping[str, Any], top: int = 5) -> str:
         change = own[j, i] - initial[j, i]
         lines.append(f"{i}:{j}  x{_sub(j)} ← x{_sub(i)}  {own[j, i]:.3f} (init {initial[j, i]:.3f}, "
                      f"{'+' if change >= 0 else '−'}{abs(change):.3f})")
+    moved = max(abs(own[c] - initial[c]) for c in cells)
+    if moved < NO_PREFERENCE:
+        lines.append(f"no preference yet: every learned coefficient is within {moved:.3f} of its start (under "
+                     f"{NO_PREFERENCE:g}). Near-uniform coefficients mean ANCRe has not chosen, not that every "
+                     f"shortcut is equally good; a lower temperature (the paper's 0.1) or more steps sharpen the "
+                     f"choice.")
     return "\n".join(lines)
 
 
@@ -741,7 +782,8 @@ def spectra(
     The arrays are drawn as given (they should be sorted descending). Values below `zero` x the
     largest singular value of their curve are numerical zeros: on a log axis they are drawn on a
     dotted floor at that level (open markers, hover gives the true value) and a note says how many,
-    so round-off (1e-20, 1e-54) does not squash the useful range. Each point's hover says which matrix it is a
+    so round-off (1e-20, 1e-54) does not squash the useful range. A long title is wrapped (`wrap_title`): the
+    Jacobian probes put their numbers in it. Each point's hover says which matrix it is a
     singular value of (`matrices`: label -> e.g. "W of stack.blocks.0 (the layer's weight)"; default the label) and
     the curve's condition number sigma_max / sigma_min over its values, with the numbers.
     """
@@ -785,7 +827,7 @@ def spectra(
                            showarrow=False, font=dict(size=11, color="#555"), bgcolor="rgba(255,255,255,0.85)",
                            text=f"{zeros} numerical zero(s): σ < {zero:.1e} × σ_max of their matrix,"
                                 "<br>drawn as open circles on a dotted floor")
-    return _finish(fig, title)
+    return _finish(fig, wrap_title(title))
 
 
 def _spectrum_maths(label: str, values: np.ndarray, matrix: str | None) -> str:
@@ -1429,12 +1471,51 @@ def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) ->
             f"</tr></thead><tbody>{''.join(body)}</tbody></table>")
 
 
+def recorded_table(recorded: Mapping[str, Any], rows: Sequence[Mapping[str, Any]]) -> str:
+    """The recorded full-mode rows of the claims in `rows` (the verdicts just run, usually in fast mode) as HTML:
+    a line saying when and where they were recorded, one sentence per claim whose verdict here differs from the
+    recorded one (which mode is the evidence, and why the two can differ), then `verdict_table` of the recorded
+    rows. `recorded` is explorer.papers.claims.recorded(paper): {"about": ..., "rows": [...]}."""
+    import html
+
+    about = recorded.get("about") or {}
+    by_id = {(r.get("paper"), r.get("id")): r for r in recorded.get("rows") or []}
+    shown = [by_id[key] for key in ((r.get("paper"), r.get("id")) for r in rows) if key in by_id]
+    stale = [str(r["id"]) for r in shown if r.get("stale")]
+    modes = "; ".join(sorted({str(r.get("mode", "")).removeprefix("full mode, ") for r in shown})) or "no row recorded"
+    lines = [f"<p><b>Full-mode result recorded with the package</b> ({html.escape(modes)}): "
+             f"{html.escape(str(about.get('date', '?')))}, commit {html.escape(str(about.get('commit', '?')))}"
+             + (f". <b>Stale</b>, the check changed after it was recorded: {html.escape(', '.join(stale))}"
+                if stale else "") + "</p>"]
+    for row in rows:
+        sentence = mode_difference(row, by_id.get((row.get("paper"), row.get("id"))))
+        if sentence:
+            lines.append(f"<p class='mode-difference'><b>{html.escape(str(row.get('id')))}</b>: "
+                         f"{html.escape(sentence)}</p>")
+    return "".join(lines) + verdict_table(shown)
+
+
+def mode_difference(row: Mapping[str, Any], full: Mapping[str, Any] | None) -> str:
+    """One sentence when `row` (a claim just run) and `full` (its recorded full-mode row) disagree: both verdicts,
+    which one is the evidence and why they can differ; "" when they agree or nothing was recorded."""
+    if full is None or full.get("verdict") == row.get("verdict"):
+        return ""
+    here, there = (VERDICT_STYLES.get(str(r.get("verdict")), ("", str(r.get("verdict"))))[1] for r in (row, full))
+    if str(row.get("mode", "")).startswith("fast"):
+        why = ("One seed cannot measure the seed-to-seed noise, so fast mode decides only beyond a wide margin and "
+               "runs smaller set-ups; the full-mode row, on several seeds, is the evidence.")
+    else:
+        why = ("Both ran in full mode: the check or the machine differs from the recording (compare the per-seed "
+               "numbers; `explorer claims --reproduce` reruns a recorded seed).")
+    return f"This run ({row.get('mode', '')}) says {here}; the recorded full mode says {there}. {why}"
+
+
 PER_SEED_SHOWN = 8  # a verdict's per-seed table of more quantities is folded (the summary line gives their means)
 
 
 def _per_seed_table(seeds: Mapping[str, Sequence[Any]] | Sequence[Any]) -> str:
     """The per-seed numbers as a compact nested table: a line per quantity and a column per seed (a list-valued
-    entry, "val acc / final loss", as "0.8 / 0.31"), in a "per seed" toggle beyond PER_SEED_SHOWN quantities; a
+    entry, "val acc / final loss", as "0.8 /" over "0.31"), in a "per seed" toggle beyond PER_SEED_SHOWN quantities; a
     plain list as "seed i: value" lines."""
     import html
 
@@ -1444,8 +1525,8 @@ def _per_seed_table(seeds: Mapping[str, Sequence[Any]] | Sequence[Any]) -> str:
         return ""
     n = max((len(values or []) for values in seeds.values()), default=0)
 
-    def value(v: Any) -> str:
-        return " / ".join(_cell(x) for x in v) if isinstance(v, (list, tuple)) else _cell(v)
+    def value(v: Any) -> str:  # a pair ("val acc / final loss") stacked, so that many seeds fit a narrow column
+        return " /<br>".join(_cell(x) for x in v) if isinstance(v, (list, tuple)) else _cell(v)
 
     style = "style='padding:0.05em 0.5em 0.05em 0;text-align:left;font-weight:normal;white-space:nowrap'"
     head = f"<tr><th {style}></th>" + "".join(f"<th {style}>seed {i}</th>" for i in range(n)) + "</tr>"

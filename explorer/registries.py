@@ -188,6 +188,12 @@ class ModelInfo:
     """A model's metadata."""
 
     n_blocks: Callable[[dict, Any], int]  # (model params, topology section) -> blocks the topology spans
+    # (model params, one example's input shape) -> positions each layer computes on per example: tokens,
+    # patches (+ a class token), pixels; 1 for a dense layer. The memory budget scales activations by it.
+    positions: Callable[[dict, tuple[int, ...]], int]
+    # the "data" and "model" sections of a tiny spec that builds it in well under a second: every test that sweeps
+    # the models (reference forwards, inits, budgets) builds it, so a new model is under them without editing one
+    example: Mapping[str, Mapping[str, Any]]
     check: Callable[[Any, Any], None] | None = None  # (spec, data dims) -> None, or SpecError
     transformer: bool = False  # has attention: Transformer-only topologies and attention inits apply
 
@@ -230,8 +236,11 @@ class OptimizerInfo:
 
 @dataclass(frozen=True)
 class ProbeInfo:
-    """A probe's metadata."""
+    """A probe's metadata. `cost` says what the probe allocates, so that a request past the memory cap is refused
+    before anything runs: it takes an `explorer.budget.ProbeCost` (the model's sizes, the probe's options and its
+    inputs, with the forward-pass and Jacobian helpers) and returns bytes beyond the model's weights."""
 
+    cost: Callable[[Any], float]
     tensors: Mapping[str, str] = field(default_factory=dict)  # options that take a tensor: {name: help}
 
 

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.registries import SpecError
+from explorer.settings import home  # noqa: F401  (explorer.runs.home: where the store lives)
 
 BUSY_TIMEOUT_S = 60.0
 
@@ -285,11 +286,6 @@ def _check_state(state: Any, path: str = "state") -> None:
 
 _RUN_FIELDS = ("label", "status", "steps_done", "diverged_at", "wall_time", "final", "environment", "parent", "rewires")
 _JSON_FIELDS = ("final", "environment")
-
-
-def home() -> Path:
-    """EXPLORER_HOME, or ~/.explorer."""
-    return Path(os.environ.get("EXPLORER_HOME") or Path.home() / ".explorer").expanduser()
 
 
 class Listing(list):

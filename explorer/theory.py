@@ -1,18 +1,18 @@
 """Closed-form results of the papers, as pure numpy functions (no torch, no training).
 
-Three groups, one per paper (texts in shared/papers/, see the README there):
+Three groups, one per paper:
 
-* DeepCrossAttention (001_*), Section 4 and Appendices A-C: the low-rank *linear* model
-  y = A x + noise with whitened inputs (E[x x^T] = I, as the paper assumes), so the
+* DeepCrossAttention: Supercharging Transformer Residual Connections, Section 4 and Appendices A-C: the
+  low-rank *linear* model y = A x + noise with whitened inputs (E[x x^T] = I, as the paper assumes), so the
   excess risk of a linear model x -> Â x is ||A - Â||_F^2. Theorem 4.1 describes each
   architecture's class of models; `optimal_*` compute each class's best excess risk
   ER*(C) (Eckart-Young-Mirsky where it is closed form, a global scan for GRN-v1's scalar,
   a multi-start local search for GRN-v2/v3), `excess_risk_bounds` is Theorem 4.2, and
   `rank_thresholds`, `gain_lower_bounds`, `figure5_curves` are Theorem 4.3 / Figure 5.
-* Stability and Convergence Theory for Learning ResNet (003_*): `predicted_norm_growth`,
+* Stability and Convergence Theory for Learning ResNet: `predicted_norm_growth`,
   the expected forward norm E||h_l||^2 / ||h_0||^2 of h_l = relu(h_{l-1} + tau W_l h_{l-1})
   (an exact expectation for the linear analogue, upper and lower bounds for ReLU).
-* Cutting the Skip (004_*), Proposition 1 and Appendix A.2: `softmax_condition`,
+* Cutting the Skip: Training Residual-Free Transformers, Proposition 1 and Appendix A.2: `softmax_condition`,
   `softmax_condition_bounds`, `sample_mimetic_logits`, `mimetic_attention_condition`,
   `mimetic_logit_statistics` (Eqs. 14-20).
 

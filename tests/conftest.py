@@ -2,6 +2,7 @@
 
 import ast
 import fnmatch
+import functools
 import inspect
 import os
 import socket
@@ -15,6 +16,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "app"
 sys.path.insert(0, str(APP))  # the app's helper package `explorer_app`, importable as under `streamlit run`
+
+# Under pytest-xdist (`-n N`) each of the N workers gets its share of the cores as torch threads (1 each on a
+# 2-core machine with -n 2), and so do the processes it starts (servers, kernels, CLI runs): set before torch is
+# imported. An OMP_NUM_THREADS set by the caller is kept.
+XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+if os.environ.get("PYTEST_XDIST_WORKER") and XDIST_WORKERS:
+    for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_variable, str(max(1, (os.cpu_count() or 1) // XDIST_WORKERS)))
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +51,7 @@ def worker_pool():
 @pytest.fixture(scope="session")
 def local_ray():
     """One private local Ray for the tests that use it (starting Ray costs tens of seconds); those tests run
-    last (pytest_collection_modifyitems), so it is started once and no other test runs beside it."""
+    last (pytest_collection_modifyitems), so it is started once, and under pytest-xdist in one worker."""
     ray = pytest.importorskip("ray")
     from explorer.parallel import connect_ray
 
@@ -170,25 +179,63 @@ def tiers_of(test: str, fixtures=(), code: str = "", marks=()) -> set[str]:
     return found
 
 
-def tier_markers(item) -> set[str]:
-    """The tiers of a collected test (tiers_of)."""
+@functools.cache
+def source_of(function, folder: Path | None = None) -> str:
+    """A function's source, dedented: "" when it has none to read, or when `folder` is given and it is defined
+    elsewhere."""
     try:
-        code = inspect.getsource(item.function)
-    except (AttributeError, OSError, TypeError):
-        code = ""
+        if folder is not None and Path(inspect.getsourcefile(function) or "").resolve().parent != folder:
+            return ""
+        return textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError):
+        return ""
+
+
+def tier_markers(item) -> set[str]:
+    """The tiers of a collected test (tiers_of); its code is its own and that of the fixtures it uses from tests/
+    (a module fixture that starts the app's server puts its tests in the browser tier)."""
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    fixtures = [source_of(d.func, ROOT / "tests") for defs in definitions.values() for d in defs]
+    code = "\n\n".join([source_of(getattr(item, "function", None)), *fixtures])
     return tiers_of(f"{item.path.name}::{item.name}", getattr(item, "fixturenames", ()), code,
                     [mark.name for mark in item.iter_markers()])
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers added here
+# Under pytest-xdist (--dist loadgroup, in pyproject.toml's addopts) the tests that share a costly fixture run in one
+# worker, so it is built once: a session fixture named here is one group, and a module-scoped fixture makes its
+# file one group (a server and Chromium, a JupyterLab, a module's measured runs). Every other test goes to
+# whichever worker is free.
+SHARED_SESSION_FIXTURES = ("local_ray", "executed_notebooks")
+
+
+def xdist_group(item) -> str | None:
+    """The pytest-xdist group of a collected test: the costly shared fixture it uses, or None."""
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    names = getattr(item, "fixturenames", ())
+    for fixture in SHARED_SESSION_FIXTURES:
+        if fixture in names:
+            return fixture
+    if any(d.scope == "module" for name in names for d in definitions.get(name, ())):
+        return item.path.name
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers added here (and before xdist reads groups)
 def pytest_collection_modifyitems(items):
     """Mark each test with its tiers; the tests on the shared local Ray run last, one after the other (the
-    order within each group is kept)."""
+    order within each group is kept). In an xdist worker, mark each test's group (xdist_group)."""
+    in_worker = bool(os.environ.get("PYTEST_XDIST_WORKER"))
+    groups = {item: xdist_group(item) for item in items} if in_worker else {}
+    files = {item.path.name for item, group in groups.items() if group == item.path.name}
     for item in items:
         tiers = tier_markers(item)
         for marker in sorted(tiers - {mark.name for mark in item.iter_markers()}):
             item.add_marker(marker)
         item.user_properties.append(("tiers", ",".join(sorted(tiers))))  # in the junit XML .ci/run keeps
+        # the whole file: its other tests run in order around the module fixture, as in a serial run
+        group = groups.get(item) or (item.path.name if item.path.name in files else None)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
     on_ray = [item for item in items if item.get_closest_marker("ray")]
     items[:] = [item for item in items if item not in on_ray] + on_ray
 

@@ -38,7 +38,8 @@ import torch
 from explorer.probes.core import PROBES
 
 
-@PROBES.register("example-output-scale", "mean |output| of the model over the batch, per output unit")
+@PROBES.register("example-output-scale", "mean |output| of the model over the batch, per output unit",
+                 cost=lambda c: c.forward(c.n))
 def output_scale(model, inputs):
     with torch.no_grad():
         out = model(inputs).abs()

@@ -425,3 +425,35 @@ def test_the_grids_choices_come_back_after_another_page(open_page):
     assert at.button(key="compare-launch").label == launch
     at.radio(key="compare-axes").set_value("topologies x seeds").run()  # an axis not drawn since: kept as well
     assert at.multiselect(key="compare-topologies").value == ["cascaded", "none"]
+
+
+def test_a_3x3_grid_past_the_session_cap_is_refused_in_one_sentence_with_the_limit_and_the_fix(open_page, monkeypatch):
+    monkeypatch.setenv("EXPLORER_MAX_JOBS_PER_SESSION", "4")  # the default: a 3x3 grid is past it
+    at = open_page("compare")
+    at.selectbox(key="compare-preset").set_value("tau-fig1-1/sqrt(L)").run()
+    at.radio(key="compare-axes").set_value("depth x tau").run()
+    at.multiselect(key="compare-depths").set_value(["2", "4", "8"])
+    at.multiselect(key="compare-taus").set_value(["1/L", "1/sqrt(L)", "1/L^0.25"]).run()
+    assert not at.exception
+    (error,) = at.error
+    assert plain(error.value) == ("This grid has 9 runs (3 x 3), but this server lets one session queue at most 4 "
+                                  "runs (EXPLORER_MAX_JOBS_PER_SESSION): remove values from an axis or lower Seeds.")
+    assert at.button(key="compare-launch").disabled
+
+
+def test_a_diverged_run_is_described_one_way_wherever_compare_lists_it(open_page):
+    """Logged every 10 steps, a run that diverged at step 3 has logged step 10: every place says "diverged at
+    step 3 of 10", none "10 steps"."""
+    spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"model.depth": 30, "train.steps": 10,
+                                                             "train.log_every": 10})
+    run = explorer.train(spec, callbacks=[explorer.StoreRecorder(label="tau deep")])
+    assert run.status == "diverged" and run.steps_done == 10 and run.diverged_at < 10
+    at = open_page("compare")
+    at.toggle(key="compare-all-runs").set_value(True).run()
+    assert not at.exception
+    said = f"diverged at step {run.diverged_at} of 10"
+    (option,) = at.multiselect(key="compare-runs").options
+    assert said in option and "10 steps" not in option, option
+    row = at.dataframe[0].value.set_index("run").loc["tau deep"]
+    assert row["status"] == said and row["steps"] == run.diverged_at == row["diverged at"]
+    assert any(f"at step {run.diverged_at} of 10" in plain(i.value) for i in at.info if "Diverged" in i.value)

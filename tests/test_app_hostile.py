@@ -175,6 +175,39 @@ def browser_driver():
     return browsing
 
 
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One app server (default settings) and one Chromium for the browser tests that need no settings of their
+    own: (browsing, base URL, page, the diverged run). Its store starts with a run trained on a GPU elsewhere
+    (tests/data/cuda_store, train.device=cuda), first in the store, and a run that diverged (non-finite weights).
+    The tests that start a Chromium of their own come before the first test that uses this one in the file: one
+    Playwright at a time in a process."""
+    import shutil
+
+    browsing = browser_driver()
+    root = tmp_path_factory.mktemp("hostile")
+    home = root / "home"
+    shutil.copytree(Path(__file__).parent / "data" / "cuda_store", home)
+    diverging = explorer.preset("tau-fig1-1/L").with_values({"topology.name": "cascaded", "optim.lr": 100.0,
+                                                             "train.steps": 20, "train.log_every": 5})
+    with pytest.MonkeyPatch.context() as env:  # (a module fixture starts before each test's own EXPLORER_HOME)
+        env.setenv("EXPLORER_HOME", str(home))
+        run = explorer.train(diverging, callbacks=[explorer.StoreRecorder(store=explorer.RunStore(home),
+                                                                          label="diverged")])
+    with browsing.serve(home) as base, browsing.browser(root / "profile") as page:
+        yield browsing, base, page, run
+
+
+@pytest.fixture
+def app_page(served):
+    """The shared server's (browsing, base URL, page, diverged run); the tabs a test opened are closed after it."""
+    page = served[2]
+    yield served
+    for other in page.context.pages:
+        if other is not page:
+            other.close()
+
+
 def test_train_on_a_store_that_cannot_open_is_one_line_in_a_browser(tmp_path):
     """The same in a real browser (Streamlit + Playwright + Debian's Chromium), on load and on reload: the
     queue's warm-up after the page, outside its handler, shows no exception box either."""
@@ -194,105 +227,6 @@ def test_train_on_a_store_that_cannot_open_is_one_line_in_a_browser(tmp_path):
             assert browsing.exceptions(page) == 0
             assert len(shown) == 1 and "EXPLORER_HOME" in shown[0] and str(home) not in shown[0], shown
     assert (home / "runs.sqlite").stat().st_size == 0
-
-
-def test_a_probe_too_big_for_the_server_is_refused_while_it_serves_others(tmp_path):
-    """A heavy Inside probe in a real browser: a 2048-wide linear model on a 500 MB dataset, 64 validation
-    inputs, Probe. The page says in one line which probe does not fit and how many inputs do; the server's
-    process builds nothing (its resident memory stays near what it was) and a second tab loads meanwhile."""
-    import threading
-
-    browsing = browser_driver()
-    query = ("data=identity&data.dim=2048&data.n_train=30000&model=linear&model.width=2048&model.depth=1"
-             "&train.steps=2&train.log_every=1")
-    with browsing.serve(tmp_path / "home") as base, browsing.browser(tmp_path / "profile") as page:
-        page.goto(f"{base}/?{query}")
-        browsing.wait_ready(page, 180_000)
-        page.locator(".st-key-train-start button").click()
-        page.get_by_text("Finished", exact=False).first.wait_for(timeout=600_000)
-        page.locator('[data-testid="stSidebarNav"] a', has_text="Inside").click()
-        page.locator(".st-key-inside-inputs").wait_for(timeout=60_000)
-        time.sleep(1.0)  # the rerun the click started may begin a moment later
-        page.wait_for_function(browsing.IDLE, timeout=60_000)
-        page.locator(".st-key-inside-inputs input[type=range]").first.focus()
-        page.keyboard.press("End")
-        page.wait_for_function("() => document.querySelector(\".st-key-inside-inputs [data-testid='stSliderThumbValue']\")"
-                               ".innerText === '64'", timeout=60_000)
-        time.sleep(1.0)
-        page.wait_for_function(browsing.IDLE, timeout=60_000)
-        before = browsing.rss_mb(base.pid)
-        peak, sampling = [before], threading.Event()
-
-        def sample() -> None:
-            while not sampling.is_set():
-                peak.append(browsing.rss_mb(base.pid))
-                time.sleep(0.5)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        try:
-            page.locator(".st-key-inside-run-probes button").first.click()
-            other = page.context.new_page()
-            other.goto(f"{base}/")
-            browsing.wait_ready(other, 120_000)
-            assert browsing.exceptions(other) == 0
-            refusal = page.get_by_text("Not probed:", exact=False).first
-            refusal.wait_for(timeout=120_000)
-        finally:
-            sampling.set()
-            sampler.join()
-        shown = refusal.inner_text()
-        assert "jacobian" in shown and "64 validation inputs" in shown and "use at most" in shown, shown
-        assert "EXPLORER_MAX_MODEL_MB" in shown and "\n" not in shown.strip()
-        assert browsing.exceptions(page) == 0
-        assert max(peak) < before + 300, (before, max(peak))  # the probe's GBs were never allocated here
-
-
-def test_inside_probes_a_diverged_run_and_a_gpu_run_in_a_browser(tmp_path):
-    """Inside in a real browser, on the runs it must explain: a diverged run (non-finite weights) is probed
-    and shows the weights and norms it has, with the undefined quantities named, never an exception box; a
-    run trained on a GPU elsewhere (tests/data/cuda_store, train.device=cuda) opens and is probed here on CPU."""
-    import shutil
-
-    browsing = browser_driver()
-    home = tmp_path / "home"
-    shutil.copytree(Path(__file__).parent / "data" / "cuda_store", home)  # the GPU run, first in the store
-    diverging = explorer.preset("tau-fig1-1/L").with_values({"topology.name": "cascaded", "optim.lr": 100.0,
-                                                             "train.steps": 20, "train.log_every": 5})
-    run = explorer.train(diverging, callbacks=[explorer.StoreRecorder(store=explorer.RunStore(home), label="diverged")])
-    # it trained on to its logged step after the loss blew up: its stored weights are not finite
-    assert run.status == "diverged" and not all(torch.isfinite(p).all() for p in run.model.parameters())
-    with browsing.serve(home) as base, browsing.browser(tmp_path / "profile") as page:
-        for label, added in (("diverged", None), ("on cuda", "coefficients")):  # to the default probes
-            page.goto(f"{base}/inside")
-            page.locator(".st-key-inside-all label").first.wait_for(timeout=180_000)
-            page.wait_for_function(browsing.IDLE, timeout=60_000)
-            page.locator(".st-key-inside-all label").first.click()  # every run in the store
-            time.sleep(1.0)
-            page.wait_for_function(browsing.IDLE, timeout=60_000)
-            page.locator(".st-key-inside-run").click()
-            page.keyboard.type(label)
-            page.keyboard.press("Enter")
-            time.sleep(1.0)
-            page.wait_for_function(browsing.IDLE, timeout=60_000)
-            if added:
-                page.locator(".st-key-inside-probes").click()
-                page.keyboard.type(added)
-                page.keyboard.press("Enter")
-                page.keyboard.press("Escape")
-                page.locator("h1").first.click()
-                time.sleep(1.0)
-                page.wait_for_function(browsing.IDLE, timeout=60_000)
-            page.locator(".st-key-inside-run-probes button").first.click()
-            probes = ["jacobian", "weights", "norms", *([added] if added else [])]
-            for name in probes:  # each probe's heading, once the job has drawn its results
-                page.locator("h4", has_text=re.compile(rf"^{name} \(step \d+\)")).first.wait_for(timeout=300_000)
-            text = page.locator("[data-testid='stMain']").first.inner_text()
-            assert browsing.exceptions(page) == 0, label
-            assert "Not probed" not in text and "does not apply" not in text, text[:2000]
-            if label == "diverged":  # its spectra are undefined, and their figures say why (Playwright's text
-                # search reaches into the charts' shadow roots)
-                page.get_by_text("undefined: singular_values", exact=False).first.wait_for(timeout=60_000)
 
 
 def test_the_tabs_of_one_browser_share_its_job_cap(tmp_path):
@@ -325,22 +259,111 @@ def test_the_tabs_of_one_browser_share_its_job_cap(tmp_path):
         page.locator(".st-key-train-stop button").first.click()
 
 
-def test_a_link_built_to_stall_the_parser_is_one_line_while_a_second_tab_loads(tmp_path):
+def test_a_probe_too_big_for_the_server_is_refused_while_it_serves_others(app_page):
+    """A heavy Inside probe in a real browser: a 2048-wide linear model on a 500 MB dataset, 64 validation
+    inputs, Probe. The page says in one line which probe does not fit and how many inputs do; the server's
+    process builds nothing (its resident memory stays near what it was) and a second tab loads meanwhile."""
+    import threading
+
+    browsing, base, page, _ = app_page
+    query = ("data=identity&data.dim=2048&data.n_train=30000&model=linear&model.width=2048&model.depth=1"
+             "&train.steps=2&train.log_every=1")
+    page.goto(f"{base}/?{query}")
+    browsing.wait_ready(page, 180_000)
+    page.locator(".st-key-train-start button").click()
+    page.get_by_text("Finished", exact=False).first.wait_for(timeout=600_000)
+    page.locator('[data-testid="stSidebarNav"] a', has_text="Inside").click()
+    page.locator(".st-key-inside-inputs").wait_for(timeout=60_000)
+    time.sleep(1.0)  # the rerun the click started may begin a moment later
+    page.wait_for_function(browsing.IDLE, timeout=60_000)
+    page.locator(".st-key-inside-inputs input[type=range]").first.focus()
+    page.keyboard.press("End")
+    page.wait_for_function("() => document.querySelector(\".st-key-inside-inputs [data-testid='stSliderThumbValue']\")"
+                           ".innerText === '64'", timeout=60_000)
+    time.sleep(1.0)
+    page.wait_for_function(browsing.IDLE, timeout=60_000)
+    before = browsing.rss_mb(base.pid)
+    peak, sampling = [before], threading.Event()
+
+    def sample() -> None:
+        while not sampling.is_set():
+            peak.append(browsing.rss_mb(base.pid))
+            time.sleep(0.5)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        page.locator(".st-key-inside-run-probes button").first.click()
+        other = page.context.new_page()
+        other.goto(f"{base}/")
+        browsing.wait_ready(other, 120_000)
+        assert browsing.exceptions(other) == 0
+        refusal = page.get_by_text("Not probed:", exact=False).first
+        refusal.wait_for(timeout=120_000)
+    finally:
+        sampling.set()
+        sampler.join()
+    shown = refusal.inner_text()
+    assert "jacobian" in shown and "64 validation inputs" in shown and "use at most" in shown, shown
+    assert "EXPLORER_MAX_MODEL_MB" in shown and "\n" not in shown.strip()
+    assert browsing.exceptions(page) == 0
+    assert max(peak) < before + 300, (before, max(peak))  # the probe's GBs were never allocated here
+
+
+def test_inside_probes_a_diverged_run_and_a_gpu_run_in_a_browser(app_page):
+    """Inside in a real browser, on the runs it must explain: a diverged run (non-finite weights) is probed
+    and shows the weights and norms it has, with the undefined quantities named, never an exception box; a
+    run trained on a GPU elsewhere (tests/data/cuda_store, train.device=cuda) opens and is probed here on CPU."""
+    browsing, base, page, run = app_page  # the server's store holds both runs
+    # it trained on to its logged step after the loss blew up: its stored weights are not finite
+    assert run.status == "diverged" and not all(torch.isfinite(p).all() for p in run.model.parameters())
+    for label, added in (("diverged", None), ("on cuda", "coefficients")):  # to the default probes
+        page.goto(f"{base}/inside")
+        page.locator(".st-key-inside-all label").first.wait_for(timeout=180_000)
+        page.wait_for_function(browsing.IDLE, timeout=60_000)
+        page.locator(".st-key-inside-all label").first.click()  # every run in the store
+        time.sleep(1.0)
+        page.wait_for_function(browsing.IDLE, timeout=60_000)
+        page.locator(".st-key-inside-run").click()
+        page.keyboard.type(label)
+        page.keyboard.press("Enter")
+        time.sleep(1.0)
+        page.wait_for_function(browsing.IDLE, timeout=60_000)
+        if added:
+            page.locator(".st-key-inside-probes").click()
+            page.keyboard.type(added)
+            page.keyboard.press("Enter")
+            page.keyboard.press("Escape")
+            page.locator("h1").first.click()
+            time.sleep(1.0)
+            page.wait_for_function(browsing.IDLE, timeout=60_000)
+        page.locator(".st-key-inside-run-probes button").first.click()
+        probes = ["jacobian", "weights", "norms", *([added] if added else [])]
+        for name in probes:  # each probe's heading, once the job has drawn its results
+            page.locator("h4", has_text=re.compile(rf"^{name} \(step \d+\)")).first.wait_for(timeout=300_000)
+        text = page.locator("[data-testid='stMain']").first.inner_text()
+        assert browsing.exceptions(page) == 0, label
+        assert "Not probed" not in text and "does not apply" not in text, text[:2000]
+        if label == "diverged":  # its spectra are undefined, and their figures say why (Playwright's text
+            # search reaches into the charts' shadow roots)
+            page.get_by_text("undefined: singular_values", exact=False).first.wait_for(timeout=60_000)
+
+
+def test_a_link_built_to_stall_the_parser_is_one_line_while_a_second_tab_loads(app_page):
     """`0:1*1111111111,` nine times then `x` as topology.shortcuts: a backtracking pattern would hold the
     interpreter (and so every session of the server) for many minutes. The page says in one line what is wrong
     with the field, and another tab of the server loads meanwhile and afterwards."""
-    browsing = browser_driver()
+    browsing, base, page, _ = app_page
     freezing = "0:1*1111111111," * 9 + "x"
     query = f"preset=ancre-fig2b-none&topology=shortcuts&topology.shortcuts={freezing}"
-    with browsing.serve(tmp_path / "home") as base, browsing.browser(tmp_path / "profile") as page:
-        page.goto(f"{base}/?{query}")
-        other = page.context.new_page()
-        other.goto(f"{base}/?preset=ancre-fig2b-0:2")
-        browsing.wait_ready(other, 120_000)
-        alert = page.locator('[data-testid="stAlert"]', has_text="topology.shortcuts").first
-        alert.wait_for(timeout=120_000)
-        shown = " ".join(alert.inner_text().split())
-        assert "'x' is not a shortcut" in shown and "0:3*0.5" in shown, shown
-        assert browsing.exceptions(page) == 0 and browsing.exceptions(other) == 0
-        other.reload()
-        browsing.wait_ready(other, 120_000)
+    page.goto(f"{base}/?{query}")
+    other = page.context.new_page()
+    other.goto(f"{base}/?preset=ancre-fig2b-0:2")
+    browsing.wait_ready(other, 120_000)
+    alert = page.locator('[data-testid="stAlert"]', has_text="topology.shortcuts").first
+    alert.wait_for(timeout=120_000)
+    shown = " ".join(alert.inner_text().split())
+    assert "'x' is not a shortcut" in shown and "0:3*0.5" in shown, shown
+    assert browsing.exceptions(page) == 0 and browsing.exceptions(other) == 0
+    other.reload()
+    browsing.wait_ready(other, 120_000)

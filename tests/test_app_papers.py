@@ -100,7 +100,7 @@ def test_each_paper_shows_its_recorded_full_mode_results_folded(open_page, paper
     at = open_page("papers", query={"paper": TABS[paper]})
     stored = recorded(paper)
     [expander] = [e for e in at.expander if e.label.startswith("Recorded full-mode results")]
-    assert f"({len(claims(paper))} claims, 3 seeds:" in expander.label
+    assert f"({len(claims(paper))} claims:" in expander.label
     counts = {label: sum(r["verdict"] == v for r in stored["rows"]) for v, label in BADGES.items()}
     assert all(f"{n} {label}" in expander.label for label, n in counts.items() if n)
     [body] = [element.proto.body for element in expander.get("html")]
@@ -128,7 +128,8 @@ def test_run_this_claim_shows_the_verdict_and_numbers_claim_run_gives(open_page)
     bodies = [element.proto.body for element in at.get("html")]  # explorer.plots.verdict_table, as in the notebooks
     assert bodies[0] == recorded_table(paper)
     shown_recorded = {plots.verdict_table([row], show_claim=False) for row in recorded(paper)["rows"]}
-    [table] = [body for body in bodies[1:] if body not in shown_recorded]  # the one run in this session
+    shown = [body for body in bodies[1:] if not body.startswith("<style>")]  # the page's layout is a style element
+    [table] = [body for body in shown if body not in shown_recorded]  # the one run in this session
     assert table == plots.verdict_table([{**expected, "seconds": table_seconds(table)}], show_claim=False)
     for key, value in expected["measured"].items():
         assert f"<b>{key}</b>: {value:.4g}" in table
@@ -211,4 +212,29 @@ def test_each_recorded_claim_shows_its_table_beside_its_figure_without_running(o
     drawn = [row for row in rows if figure(row) is not None]
     assert drawn and len(charts) == len(drawn)
     titles = [json.loads(chart.proto.spec)["layout"]["title"]["text"] for chart in charts]
-    assert titles == [figure(row).layout.title.text for row in drawn]
+    assert [t.replace("<br>", " ") for t in titles] == [figure(row).layout.title.text.replace("<br>", " ")
+                                                         for row in drawn]  # wrapped to fit the figure's column
+
+
+def test_the_page_states_the_rule_in_the_librarys_words(open_page):
+    from explorer.papers.claims import RULE_SUMMARY
+
+    at = open_page("papers")
+    assert RULE_SUMMARY in [caption.value for caption in at.caption]
+
+
+def test_a_rerun_that_disagrees_with_the_recorded_row_says_which_is_the_evidence(open_page, monkeypatch):
+    """A fast rerun whose verdict differs from the recorded full-mode row gets one sentence naming both."""
+    from explorer.papers import claims as claims_module
+
+    paper, claim_id = FAST_CLAIM
+    stored = recorded(paper)
+    row = next(r for r in stored["rows"] if r["id"] == claim_id)
+    other = "does-not-hold" if row["verdict"] != "does-not-hold" else "holds"
+    changed = {**stored, "rows": [{**r, "verdict": other} if r["id"] == claim_id else r for r in stored["rows"]]}
+    monkeypatch.setattr(claims_module, "recorded", lambda p=None: changed)
+    at = open_page("papers", query={"paper": TABS[paper]})
+    at.button(key=f"papers-run-{paper}-{claim_id}").click().run()
+    finish_claims(at)
+    notes = [info.value for info in at.info if "the recorded full mode says" in info.value]
+    assert len(notes) == 1 and plots.VERDICT_STYLES[other][1] in notes[0] and "fast mode" in notes[0]

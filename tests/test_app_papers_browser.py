@@ -1,18 +1,14 @@
 """The Papers page in a real browser (Streamlit + Playwright + Debian's Chromium) at a projector's 1280x720:
-every recorded claim of a paper shows its figure, its measured summary and its reason without running anything.
-Saves a screenshot of one claim into the test's folder, and into EXPLORER_SCREENSHOT_DIR when set (the README's
-screenshot assets/screenshots/papers-claim.png comes from there)."""
+every recorded claim of a paper shows its figure, its measured summary and its reason without running anything
+(the README's screenshot of a claim is saved by tests/test_app_layout_browser.py)."""
 
-import os
-import shutil
 import urllib.parse
-from pathlib import Path
 
 from explorer.papers import PAPERS
 from explorer.papers.claims import recorded
 from test_app_hostile import browser_driver
 
-PAPER, SHOWN = "tau", "fig1-trainability"  # the paper opened, and the claim whose screenshot is saved
+PAPER = "tau"  # the paper opened
 
 
 def test_every_recorded_claim_shows_a_figure_a_summary_and_a_reason_at_1280x720(tmp_path):
@@ -37,13 +33,3 @@ def test_every_recorded_claim_shows_a_figure_a_summary_and_a_reason_at_1280x720(
             rule.locator("summary").click()
             assert rule.evaluate("d => d.open")  # ...and opens on a click
             rule.locator("summary").click()
-        # the claim's top at the window's top, as a lecturer scrolls to it on a 1280x720 projector
-        page.locator(f".st-key-papers-claim-{PAPER}-{SHOWN}").evaluate("e => e.scrollIntoView({block: 'start'})")
-        page.wait_for_timeout(500)  # the scroll settles
-        picture = tmp_path / "papers-claim.png"
-        page.screenshot(path=str(picture))
-    assert picture.stat().st_size > 10_000
-    if os.environ.get("EXPLORER_SCREENSHOT_DIR"):
-        target = Path(os.environ["EXPLORER_SCREENSHOT_DIR"])
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copy(picture, target / picture.name)

@@ -296,7 +296,8 @@ def test_clicking_the_design_matrix_toggles_shortcuts_in_the_form_and_the_url(op
     cells = {(int(x), round(y)) for x, y in zip(trace["x"], trace["y"])}
     assert cells == {(i, j) for j in range(1, 7) for i in range(j)}  # every i < j, the skips around a block too
     labels = next(t for t in figure["data"] if t["name"] == "chain")["text"]
-    assert "1:2" in labels[1][1] and "around block 2" in labels[1][1]  # the skip around one block says so
+    label = labels[1][1].replace("<br>", " ")
+    assert label.startswith("1:2") and "around block 2" in label  # the skip around one block says so
     assert drawn(at) == {(0, 3)}
     click_cell(at, 1, 4)
     assert at.text_input(key=SHORTCUTS_TEXT).value == "0:3,1:4" and not at.exception
@@ -505,3 +506,38 @@ def test_a_diverged_tau_run_shows_three_lines_then_the_detail_folded(open_page):
     table = detail.table[0].value
     assert list(table.columns)[0] == "verdict" and "n/a" not in set(table["verdict"])
     assert list(table["quantity"]) == [q.name for q in diagnosis.quantities]
+
+
+def test_the_challenge_panel_says_when_a_design_in_the_table_beat_the_answer(open_page):
+    """The session's table holds the answer and a faster design (as two trained runs leave it): the revealed
+    answer gives its steps from the table and says which design beat it."""
+    from explorer import challenge
+
+    answer = challenge.REFERENCE_DESIGN
+    at = open_page("train")
+    at.session_state["challenge-tries"] = {
+        "run-1": {"design": answer, "shortcuts": 1, "steps": 144, "final_loss": 4e-13, "label": "linear #1"},
+        "run-2": {"design": "0:2,0:4", "shortcuts": 2, "steps": 135, "final_loss": 5e-13, "label": "linear #2"}}
+    at.run()
+    panel = next(e for e in at.expander if e.label == "Design challenge")
+    assert list(panel.dataframe[0].value["last loss"]) == ["5e-13", "4e-13"]
+    at.toggle(key="challenge-reveal").set_value(True).run()
+    assert not at.exception
+    panel = next(e for e in at.expander if e.label == "Design challenge")
+    assert any(f"{answer}** (144 steps in your table)" in i.value for i in panel.info)
+    said = [plain(m.value).strip("*") for m in panel.markdown if "beat the answer" in plain(m.value)]
+    assert said == [challenge.against_answer(challenge.ranked(at.session_state["challenge-tries"].values()))], said
+    assert "0:2,0:4 reached 1e-06 in 135 steps against 0:4 in 144" in said[0]
+
+
+def test_the_challenge_panel_says_before_a_run_why_the_form_will_not_be_scored(open_page):
+    from explorer import challenge
+
+    spec = challenge.challenge_spec("0:4").with_values({"optim.lr": 0.02})
+    at = open_page("train", query=query_of(spec))
+    panel = next(e for e in at.expander if e.label == "Design challenge")
+    lines = [plain(c.value) for c in panel.caption if "will not be scored" in plain(c.value)]
+    assert len(lines) == 1 and "optim.lr" in lines[0] and "0.02" in lines[0], lines
+    at = open_page("train", query=query_of(challenge.challenge_spec("0:4")))
+    panel = next(e for e in at.expander if e.label == "Design challenge")
+    assert not [c for c in panel.caption if "will not be scored" in plain(c.value)]

@@ -79,3 +79,33 @@ def test_a_full_batch_optimizer_counts_the_whole_training_set():
     for fix in ("whole training set", "data.max_chars", "optim.name=sgd", "model.width", "EXPLORER_MAX_MODEL_MB"):
         assert fix in refused.value.message
     budget.check(spec.with_values({"optim.name": "sgd"}))  # one window per step fits
+
+
+def test_every_probe_declares_what_it_costs_on_every_model():
+    """The budget asks each probe its cost (ProbeInfo.cost) and each model its positions (ModelInfo.positions):
+    nothing is sized by a name, so every pair has a finite, positive estimate."""
+    from test_budget_rss import SIZES
+
+    probes = explorer.registry("probes")
+    for model, values in SIZES.items():
+        spec = explorer.ExperimentSpec.default().with_values({"model.name": model, **values})
+        costs = budget.probe_bytes(spec, {name: {} for name in probes}, 4)
+        assert set(costs) == set(probes)
+        for name, cost in costs.items():
+            assert isinstance(cost, int) and 0 <= cost < 10**12, (model, name, cost)
+        assert costs["norms"] > 0, model
+
+
+def test_the_positions_a_model_declares_scale_its_estimate():
+    """A ViT's activations grow with its tokens: halving the patch quadruples the patches it declares."""
+    vit = explorer.ExperimentSpec.default().with_values({"model.name": "vit", "data.name": "shapes", "data.size": 16,
+                                                         "model.width": 32, "model.depth": 2, "model.patch": 4})
+    small, large = budget.activation_bytes(vit), budget.activation_bytes(vit.with_values({"model.patch": 2}))
+    assert large > 3 * small
+
+
+@pytest.mark.parametrize("kind, missing", [("probes", "cost"), ("models", "positions")])
+def test_an_entry_that_does_not_say_what_it_costs_is_refused_when_it_registers(kind, missing):
+    registry = explorer.registry(kind)
+    with pytest.raises(TypeError, match=repr(missing)):
+        registry.make_info("an-undeclared-entry", {"n_blocks": lambda p, t: 1} if kind == "models" else {})

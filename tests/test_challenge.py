@@ -1,6 +1,7 @@
 """The design challenge (explorer.challenge): its rules, its score on real runs, and the papers' reference answer."""
 
 import math
+import re
 
 import pytest
 
@@ -198,3 +199,30 @@ def test_the_train_page_says_why_a_run_at_another_learning_rate_is_not_scored(op
     lines = [plain(m.value) for m in panel.markdown if "Not scored" in plain(m.value)]
     assert len(lines) == 1 and "optim.lr" in lines[0] and "0.02" in lines[0], lines
     assert not panel.dataframe  # nothing scored
+
+
+# ---- the answer against the table, and how a table reads -------------------------------------------------------
+
+def _row(design: str, steps: int | None, loss: float = 1e-7) -> dict:
+    return {"design": design, "shortcuts": design.count(":"), "steps": steps, "final_loss": loss}
+
+
+def test_a_design_that_beats_the_answer_in_the_table_is_said_so():
+    answer = challenge.REFERENCE_DESIGN
+    rows = challenge.ranked([_row(answer, 144), _row("0:2,0:4", 135), _row("0:1", None, 0.3)])
+    line = challenge.against_answer(rows)
+    assert line.startswith("A design in the table beat the answer: 0:2,0:4 reached 1e-06 in 135 steps against "
+                           f"{answer} in 144."), line
+    assert challenge.against_answer(challenge.ranked([_row(answer, 144), _row("0:3", 150)])) == \
+        f"No design in the table beat the answer yet: {answer} reached 1e-06 in 144 steps."
+    assert challenge.against_answer(challenge.ranked([_row("0:2,0:4", 135)])) is None  # the answer's steps unknown
+    assert challenge.against_answer([]) is None
+
+
+def test_losses_read_in_three_significant_digits_and_the_texts_name_no_file():
+    assert challenge.loss_text(4.0e-13) == "4e-13" and challenge.loss_text(0.123456) == "0.123"
+    assert challenge.loss_text(None) == challenge.loss_text(math.nan) == "not finite"
+    shown = [challenge.CHALLENGE.text, challenge.reference(measure=False)["why"],
+             challenge.against_answer(challenge.ranked([_row(challenge.REFERENCE_DESIGN, 144), _row("0:2,0:4", 135)]))]
+    for text in shown:
+        assert not re.search(r"\w+\.(py|json|ipynb|sqlite)\b|explorer/", text), text

@@ -25,7 +25,7 @@ def test_a_clear_effect_holds_and_its_reverse_does_not():
 def test_noise_is_inconclusive():
     assert decide([0.5, -0.4, 0.3], fast_margin=1).verdict == "inconclusive"       # the seeds disagree
     assert decide([0.1, 0.9, 0.05], fast_margin=1).verdict == "inconclusive"       # same sign, mean < 2 std
-    assert decide([0.01, 0.012, 0.011], fast_margin=1, min_effect=0.05).verdict == "inconclusive"  # too small
+    assert decide([0.01, 0.012, 0.011], fast_margin=1, min_effect=0.05).verdict == "does-not-hold"  # too small
 
 
 def test_a_floor_makes_any_effect_inconclusive():
@@ -194,7 +194,7 @@ CONTROLS = {
     "ancre/ancre-finds-fast-rate": ({"pairs": ((3, "ancre-fig2b-0:2", "ancre-fig2b-none"),)}, None),  # see PASSING
     "ancre/normalization-needed": ({"better_overrides": {"optim.lr": 1e-6}}, _fake_gpt_runs),  # GPT: stand-ins
     "ancre/gpt-block-ancre": ({"ancre_overrides": {"optim.lr": 1e-6}}, _fake_gpt_runs),
-    "dca/fig1-resnet-vs-grn-v1": ({"arms": ("grn-v1", "resnet")}, None),
+    "dca/fig1-resnet-vs-grn-v1": ({"arms": ("grn-v1", "resnet"), "inits": ("xavier",)}, None),
     "dca/thm41-class-optima": ({"arms": (("base", "none"), ("resnet", "grn-v1"), ("grn_v1", "cascaded"))}, None),
     "dca/dca-equals-transformer-at-init": ({"variants": ("none",)}, None),
     "dca/table7-ablation": ({"variant_overrides": {"optim.lr": 1e-6}}, _fake_gpt_runs),
@@ -206,7 +206,8 @@ CONTROLS = {
     "idinit/chi-at-init": ({"arms": ("idinit", "kaiming")}, None),
     "idinit/steps-to-accuracy": ({"arms": ("idinit", "kaiming")}, _fake_resnet_runs),  # fast mode: a smoke test
     "tau/init-norm-sharp-threshold": ({"bounded": "1/L^0.25", "growing": "1/sqrt(L)"}, None),
-    "tau/fig1-trainability": ({"trainable": ("1/L^0.25",), "exploding": "1/L"}, None),
+    "tau/fig1-depth30-explodes": ({"exploding": "1/sqrt(L)"}, None),  # see PASSING
+    "tau/fig1-threshold": ({"trainable": ("1/L^0.25",), "exploding": "1/L"}, None),
     "tau/fig3-bn-norm-growth": ({"arms": (("tau-fig3-bn-tau", "BN + tau"), ("tau-fig3-bn", "BN"))}, None),
     "skipless/kl-conditioning": ({"arms": ("proposed", "default")}, None),
     "skipless/table1-accuracy": ({"arms": (SKIP, INIT, DEFAULT)}, lambda mp: _fake_vit_runs(
@@ -216,7 +217,8 @@ CONTROLS = {
 
 
 # claims whose own fast verdict may already be does-not-hold: a set-up that must pass, to see the verdict flip
-PASSING = {"ancre/ancre-finds-fast-rate": {"pairs": ((3, "ancre-fig2b-0:2", "ancre-fig2b-0:2"),)}}
+PASSING = {"ancre/ancre-finds-fast-rate": {"pairs": ((3, "ancre-fig2b-0:2", "ancre-fig2b-0:2"),)},
+           "tau/fig1-depth30-explodes": {"lr": 0.01}}
 
 
 def test_every_claim_has_a_negative_control():
@@ -252,22 +254,24 @@ def test_the_recorded_full_mode_results_cover_every_claim_with_the_current_check
     assert [f"{r['paper']}/{r['id']}" for r in stored["rows"]] == [f"{c.paper}/{c.id}" for c in claims()]
     for row in stored["rows"]:
         key = f"{row['paper']}/{row['id']}"
-        assert set(row) == set(ROW_KEYS) | {"stale"} and row["verdict"] in VERDICTS and row["verdict"] != "error", key
+        assert set(row) == set(ROW_KEYS) | {"stale", "environment"} and row["verdict"] in VERDICTS, key
+        assert row["verdict"] != "error", key
         assert not row["stale"], f"{key}: its check changed since it was recorded: rerun it in full mode (see " \
                                  "notebooks/README.md, Verdicts) and record the row again"
         claim = registry.CLAIMS[key]
-        runs = "one deterministic run" if claim.deterministic else f"{claim.full_seeds} seeds"
-        assert row["mode"] == f"full mode, {runs}, cpu scale" and claim.full_seeds >= 3, key
+        runs = row["mode"].removeprefix("full mode, ").removesuffix(", cpu scale")  # "5 seeds (decided at 5 ...)"
+        assert runs == "one deterministic run" if claim.deterministic else int(runs.split()[0]) in claim.seeds, key
+        assert row["mode"] == f"full mode, {runs}, cpu scale" and claim.seeds[0] >= 3, key
         assert row["summary"], key
 
 
 def test_a_recorded_row_is_stale_once_its_check_changes(monkeypatch):
     tau_claims = {c.id: c for c in claims("tau")}
-    original = tau_claims["fig1-trainability"]
-    monkeypatch.setitem(registry.CLAIMS, "tau/fig1-trainability",
+    original = tau_claims["fig3-bn-norm-growth"]
+    monkeypatch.setitem(registry.CLAIMS, "tau/fig3-bn-norm-growth",
                         dataclasses.replace(original, check=lambda mode: None))
     stale = {r["id"]: r["stale"] for r in registry.recorded("tau")["rows"]}
-    assert stale["fig1-trainability"] and not stale["init-norm-sharp-threshold"]
+    assert stale["fig3-bn-norm-growth"] and not stale["init-norm-sharp-threshold"]
 
 
 def test_explorer_claims_recorded_prints_the_stored_table_and_runs_nothing(monkeypatch, capsys):

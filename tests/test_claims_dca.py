@@ -16,13 +16,14 @@ def _run(key, **controls):
 def test_fig1_with_the_same_arm_on_both_sides_does_not_hold():
     row = _run("dca/fig1-resnet-vs-grn-v1", fast=True, arms=("resnet", "resnet"))
     assert row["verdict"] not in ("holds", "error"), row["reason"]
-    assert row["per_seed"]["identity: loss ratio resnet / resnet"] == [1.0]
-    assert row["per_seed"]["affine: loss ratio resnet / resnet"] == [1.0]
+    assert row["per_seed"]["identity, xavier, lr 0.01: loss ratio resnet / resnet"] == [1.0]
+    assert row["per_seed"]["affine, xavier, lr 0.0002: loss ratio resnet / resnet"] == [1.0]
 
 
-def _fig1_stand_ins(monkeypatch, affine_ratio):
-    """Figure 1's runs as stand-ins: the identity 100x apart, y = Ax + b `affine_ratio` apart with a little seed
-    noise, and the longer runs' histories with the ratio closing towards 1."""
+def _fig1_stand_ins(monkeypatch, affine_ratio, default_identity=100.0):
+    """Figure 1's runs as stand-ins: the identity 100x apart at Xavier (`default_identity`x at PyTorch's default init),
+    y = Ax + b `affine_ratio` apart with a little seed noise, and the longer runs' histories with the ratio closing
+    towards 1."""
     calls = []
 
     def summaries(specs):
@@ -33,30 +34,61 @@ def _fig1_stand_ins(monkeypatch, affine_ratio):
             seed, steps = raw["train"]["seed"], raw["train"]["steps"]
             resnet = raw["topology"]["name"] == "cascaded"
             if raw["data"]["name"] == "identity":
-                loss = (1e-2 if resnet else 1e-4) * (1 + 0.01 * seed)
+                apart = 100.0 if raw["init"]["name"] == "xavier" else default_identity
+                loss = (1e-4 * apart if resnet else 1e-4) * (1 + 0.01 * seed)
             else:
                 loss = (affine_ratio if resnet else 1.0) * (1 + 0.01 * seed)
             closing = [1 + (affine_ratio - 1) * 1000 / max(k, 1000) if resnet else 1.0 for k in range(0, steps + 1, 50)]
             history = [{"step": 50 * i, "loss": (1 + 0.01 * seed) * c} for i, c in enumerate(closing)]
-            out.append({"final_loss": loss, "history": history})
+            out.append({"final_loss": loss, "status": "finished", "history": history})
         return out
 
     monkeypatch.setattr(dca, "_summaries", summaries)
     return calls
 
 
-def test_fig1_names_its_threshold_when_the_effect_is_consistent_but_below_it(monkeypatch):
-    calls = _fig1_stand_ins(monkeypatch, affine_ratio=1.3)
+def test_fig1_judges_a_grid_and_says_where_the_direction_depends_on_the_init(monkeypatch):
+    # the identity reverses at PyTorch's default init (the ResNet 100x better), as measured on this set-up
+    calls = _fig1_stand_ins(monkeypatch, affine_ratio=1.3, default_identity=0.01)
     row = _run("dca/fig1-resnet-vs-grn-v1", fast=False)
-    assert calls == [3 * 2 * 2 + 3 * 2]  # every seed and arm, the longer runs too, asked for in one call
+    cells = sum(len(dca.FIG1_LRS[t]) for t in ("identity", "affine")) * len(dca.FIG1_INITS)
+    assert calls == [cells * 2 * 3 + 3 * 2]  # every cell, seed and arm, the longer runs too, asked for in one call
     assert row["verdict"] == "inconclusive", row["reason"]
-    affine = row["reason"].split("[affine]")[1]
-    assert "under the claim's threshold" in affine and "1.5x" in affine, affine
-    assert "1.5x" in row["threshold"] and "1.5x" in row["summary"]
+    identity = row["reason"].split("[identity]")[1].split("[affine]")[0]
+    assert "the direction depends on the init and learning rate" in identity, identity
+    assert "does-not-hold at default, lr" in identity and "holds at xavier, lr" in identity
+    assert row["reason"].split("[affine]")[1].startswith(" holds"), row["reason"]  # a ratio of 1.3: the direction
+    assert "1%" in row["note"] and "speed" in row["statement"] and "Theorem 4.1" in row["note"]
     assert row["per_seed"]["affine: loss ratio resnet / grn-v1 at 4000 batches"] == pytest.approx([1.075] * 3)
     assert "1.30x / 1.15x / 1.10x / " in row["summary"] and "at 1000 / 2000 / 3000 / 4000 batches" in row["summary"]
-    # the same stand-ins against a lower bar: the check can pass
-    assert _run("dca/fig1-resnet-vs-grn-v1", fast=False, factors={"affine": (1.2, "test")})["verdict"] == "holds"
+    # Xavier alone: every cell agrees, and the claim holds
+    assert _run("dca/fig1-resnet-vs-grn-v1", fast=False, inits=("xavier",))["verdict"] == "holds"
+
+
+def test_fig1_names_its_identity_bar_when_the_gap_is_consistent_but_below_it(monkeypatch):
+    _fig1_stand_ins(monkeypatch, affine_ratio=1.3, default_identity=3.0)
+    row = _run("dca/fig1-resnet-vs-grn-v1", fast=False)
+    identity = row["reason"].split("[identity]")[1].split("[affine]")[0]
+    assert row["verdict"] != "holds" and "claim's threshold" in identity, identity
+    assert "10x" in identity and "10x" in row["threshold"]
+
+
+def test_fig1_leaves_a_diverged_cell_out_of_the_verdict(monkeypatch):
+    _fig1_stand_ins(monkeypatch, affine_ratio=1.3)
+    real = dca._summaries
+
+    def diverging(specs):
+        out = real(specs)
+        for spec, summary in zip(specs, out):
+            raw = spec.to_dict()
+            if raw["init"]["name"] == "default" and raw["optim"]["lr"] == max(dca.FIG1_LRS["identity"]):
+                summary.update({"status": "diverged", "final_loss": None})
+        return out
+
+    monkeypatch.setattr(dca, "_summaries", diverging)
+    row = _run("dca/fig1-resnet-vs-grn-v1", fast=False)
+    assert row["verdict"] == "holds", row["reason"]
+    assert "left out (an arm diverged): default, lr 0.01" in row["reason"]
 
 
 def test_table7_with_the_transformer_on_both_sides_does_not_hold():

@@ -125,14 +125,18 @@ def _row(paper, id, mode="full mode, 3 seeds, cpu scale", verdict="holds"):
 
 def test_record_replaces_the_rows_it_ran_and_keeps_the_others(tmp_path):
     path = tmp_path / "claims.json"
-    path.write_text(json.dumps({"about": {"date": "then"}, "rows": [_row("tau", "fig1-trainability", verdict="old"),
+    tau_claim = "init-norm-sharp-threshold"
+    path.write_text(json.dumps({"about": {"date": "then"}, "rows": [_row("tau", tau_claim, verdict="old"),
                                                                      _row("ancre", "depth-slows-plain-lnn")]}))
-    record([_row("tau", "fig1-trainability", verdict="new")], started=0.0, workers=2, backend="local", batched=False,
-           path=path)
+    record([_row("tau", tau_claim, verdict="new")], started=0.0, workers=2, backend="local", batched=False, path=path)
     stored = json.loads(path.read_text())
     assert [(r["id"], r["verdict"]) for r in stored["rows"]] == [("depth-slows-plain-lnn", "holds"),
-                                                                  ("fig1-trainability", "new")]  # the claims' order
+                                                                  (tau_claim, "new")]  # the claims' order
     assert stored["about"]["earlier"] == [{"date": "then"}] and "--workers 2" in stored["about"]["command"]
+    ran_on = stored["rows"][1]["environment"]  # what the new row ran on; the kept row has none
+    assert set(ran_on) == {"cpu", "cpu_flags", "torch", "torch_build", "torch_threads", "run_threads",
+                           "OMP_NUM_THREADS"} and "environment" not in stored["rows"][0]
+    assert ran_on["torch"] == torch.__version__ and ran_on["run_threads"] == 1 and ran_on["cpu"]
     record([_row("ancre", "depth-slows-plain-lnn", verdict="newer")], started=0.0, workers=1, backend="local",
            batched=False, path=path)  # a second partial recording keeps both earlier ones, newest first
     earlier = json.loads(path.read_text())["about"]["earlier"]
@@ -141,21 +145,24 @@ def test_record_replaces_the_rows_it_ran_and_keeps_the_others(tmp_path):
 
 def test_record_refuses_fast_mode_rows(tmp_path):
     with pytest.raises(SpecError) as error:
-        record([_row("tau", "fig1-trainability", mode="fast mode, 1 seed, cpu scale")], started=0.0, workers=1,
+        record([_row("tau", "init-norm-sharp-threshold", mode="fast mode, 1 seed, cpu scale")], started=0.0, workers=1,
                backend="local", batched=False, path=tmp_path / "claims.json")
     assert error.value.path == "--record" and not (tmp_path / "claims.json").exists()
 
 
 # ---- the words of a verdict ---------------------------------------------------------------------------------
 
-def test_decide_says_which_test_kept_it_from_deciding():
+def test_decide_says_which_test_decided_it_with_the_interval():
     below = decide([0.21, 0.205, 0.223], fast_margin=0.3, min_effect=0.3)
-    assert below.verdict == "inconclusive" and "under the claim's threshold 0.3" in below.reason
-    assert "within" not in below.reason.split("(")[0]  # not "within the noise": it is clear of it
+    assert below.verdict == "does-not-hold" and "smaller than the claim's threshold" in below.reason
+    assert "95% one-sided interval (-inf, 0.228" in below.reason and not below.noisy
+    reverse = decide([-0.21, -0.205, -0.223], fast_margin=0.3, min_effect=0.3)
+    assert reverse.verdict == "does-not-hold" and "points the other way" in reverse.reason
     noisy = decide([0.1, 0.5, 0.01], fast_margin=0.3)
-    assert noisy.verdict == "inconclusive" and "within 2 x the paired std" in noisy.reason
+    assert noisy.verdict == "inconclusive" and noisy.noisy and "within the noise at 3 seeds" in noisy.reason
     split = decide([0.1, -0.1, 0.2], fast_margin=0.3)
-    assert split.verdict == "inconclusive" and "disagree in sign" in split.reason
+    assert split.verdict == "inconclusive" and "1 of 3 seeds point against the claim" in split.reason
+    assert "level 0.05" in split.rule and "95%" in split.rule
 
 
 def test_a_floor_never_hides_differences_that_point_against_the_claim():

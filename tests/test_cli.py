@@ -349,3 +349,37 @@ def test_runs_delete_refuses_a_run_being_trained_unless_forced(capsys):
         assert code == 0 and run_id in out and store.list() == []
     finally:
         lock.release()
+
+
+# ---- claims ----------------------------------------------------------------------------
+
+
+def test_claims_json_is_alone_on_stdout_and_progress_goes_to_stderr():
+    done = subprocess.run([sys.executable, "-m", "explorer.cli", "claims", "--fast", "--json", "--id",
+                           "shortcut-02-exponential", "--paper", "ancre", "--workers", "1"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(done.stdout)
+    assert row["id"] == "shortcut-02-exponential"
+    assert "[1/1] ancre/shortcut-02-exponential" in done.stderr
+
+
+def test_claims_reproduce_reruns_a_recorded_seed_and_the_small_linear_runs_agree(capsys):
+    """The LNN runs are small and linear: their per-seed numbers rerun bit for bit (machine and threads aside)."""
+    code, out, err = run_cli(capsys, "claims", "--reproduce", "ancre/shortcut-02-exponential", "--seed", "1")
+    assert code == 0, err
+    assert out.startswith("ancre/shortcut-02-exponential, seed 1, rerun in full mode") and "machine" in out
+    blocks = out.split("\ndecade growth ")[1:]
+    assert len(blocks) == 2  # the row's two per-seed series
+    for block in blocks:
+        recorded, now, difference = (line.split(None, 1)[1] for line in block.splitlines()[1:4])
+        assert recorded == now and difference == "0", block
+
+
+@pytest.mark.parametrize("argv, field", [(["--reproduce", "ancre/no-such-claim"], "--reproduce"),
+                                         (["--reproduce", "ancre/shortcut-02-exponential", "--seed", "99"], "--seed"),
+                                         (["--seed", "0"], "--seed")])
+def test_claims_reproduce_of_what_was_not_recorded_is_one_line_naming_the_flag(capsys, argv, field):
+    code, out, err = run_cli(capsys, "claims", *argv)
+    assert_clean_error(code, out, err, f"error: {field}:")
+    assert err.count("\n") == 1 and out == ""

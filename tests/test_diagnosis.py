@@ -12,13 +12,26 @@ import explorer
 
 
 def measured_growth(spec) -> float:
-    """||h_n|| / ||h_0|| of the stack at initialisation, measured here independently of the library."""
+    """||h_n|| / ||h_0|| of the stack at initialisation, measured here independently of the library: the root of
+    the mean per-example squared ratio (what the tau paper's theorems bound), on 128 validation examples."""
     model, data = explorer.build(spec, device="cpu")
     model.eval()
     with torch.no_grad():
-        h0 = model.embed(data.x_val[:64])
-        hn = model.stack(h0)
-    return math.sqrt(float(hn.double().pow(2).sum()) / float(h0.double().pow(2).sum()))
+        h0 = model.embed(data.x_val[:128]).double()
+        hn = model.stack(h0.float()).double()
+    ratios = [float(hn[i].pow(2).sum() / h0[i].pow(2).sum()) for i in range(len(h0))]
+    return math.sqrt(sum(ratios) / len(ratios))
+
+
+def test_the_diagnosis_and_the_papers_page_give_one_number_for_the_same_seed():
+    """The Train page's diagnosis and the tau claim's recorded R(L=30) (Papers page) measure one quantity."""
+    from explorer.papers import tau
+
+    for rule in ("1/L^0.25", "1/sqrt(L)"):
+        spec = tau_spec(rule, **{"train.seed": 1})
+        diagnosed = explorer.diagnose(spec, jacobian=False).quantity("stream growth ||h_n|| / ||h_0|| at init").value
+        claimed = math.sqrt(float(tau.init_norm_ratio(rule, 30, seed=1)["ratio2"].mean()))
+        assert diagnosed == pytest.approx(claimed, rel=1e-5), rule
 
 
 def tau_spec(rule: str, **values):

@@ -5,18 +5,9 @@ import torch
 
 import explorer
 
-IMAGES = {"name": "digits-images"}
-VECTOR_MODELS = {
-    "linear": ({"name": "linear", "depth": 3, "width": 6}, {"name": "whitened-regression", "dim": 6, "n_train": 12}),
-    "lowrank": ({"name": "lowrank", "depth": 3, "width": 6, "rank": 2},
-                {"name": "whitened-regression", "dim": 6, "n_train": 12}),
-    "mlp-resnet": ({"name": "mlp-resnet", "depth": 4, "width": 16}, {"name": "spirals", "n_train": 64, "n_val": 16}),
-    "mlp": ({"name": "mlp", "depth": 3, "width": 16, "norm": "layernorm"}, {"name": "spirals", "n_train": 64, "n_val": 16}),
-    "resnet-cifar": ({"name": "resnet-cifar", "depth": 8, "width": 4}, IMAGES),
-    "allconv": ({"name": "allconv", "width": 4}, IMAGES),
-    "gpt": ({"name": "gpt", "depth": 2, "width": 16, "heads": 2}, {"name": "text", "context": 16, "max_chars": 4000}),
-    "vit": ({"name": "vit", "depth": 2, "width": 16, "heads": 2, "patch": 4}, {"name": "shapes", "size": 16, "n_train": 32, "n_val": 8}),
-}
+# every registered model's own tiny spec (ModelInfo.example): (model section, data section)
+VECTOR_MODELS = {name: ({"name": name, **entry.info.example["model"]}, dict(entry.info.example["data"]))
+                 for name, entry in explorer.registry("models").items()}
 # (model, scheme) pairs that do not apply, and must say so with a SpecError at init.name
 ATTENTION_SCHEMES = ("mimetic", "skipless")
 NOT_APPLICABLE = {("allconv", "rezero"), ("allconv", "skipinit")} | {
@@ -92,7 +83,7 @@ def test_same_seed_same_weights_with_and_without_gates():
 
 
 def test_idinit_residual_mlp_is_the_identity_on_its_stems_at_init():
-    model, data = explorer.build(spec("mlp", {"name": "idinit"}))
+    model, data = explorer.build(spec("mlp", {"name": "idinit"}).with_values({"model.width": 16}))
     x0 = model.embed(data.x_train)
     with torch.no_grad():
         branch_outputs = [block(x0) for block in model.stack.blocks]

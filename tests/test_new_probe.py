@@ -16,7 +16,8 @@ NAME = "output-scale"
 def output_scale():
     """A probe that exists only while the test runs (and declares no figure)."""
 
-    @PROBES.register(NAME, "mean |output| of the model over the batch, per output unit")
+    @PROBES.register(NAME, "mean |output| of the model over the batch, per output unit",
+                     cost=lambda c: c.forward(c.n))
     def probe(model, inputs):
         with torch.no_grad():
             out = model(inputs).abs()
@@ -75,7 +76,7 @@ def test_a_probe_registered_in_a_test_is_offered_and_drawn_on_the_train_page(ope
 PLUGIN = '''from explorer.probes.core import PROBES
 
 
-@PROBES.register("plugin-scale", "mean |input| of the batch (a probe from the plug-in folder)")
+@PROBES.register("plugin-scale", "mean |input| of the batch (a probe from the plug-in folder)", cost=lambda c: 0)
 def plugin_scale(model, inputs):
     return {"mean_abs": inputs.abs().mean()}
 '''

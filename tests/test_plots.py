@@ -177,6 +177,31 @@ def test_coefficient_heatmap_log_ratio():
         plots.coefficient_heatmap(c, "raw coefficients are not log ratios", log_ratio=True)
 
 
+def test_a_depth_30_heatmap_labels_at_most_max_tick_labels_states_per_axis():
+    n = 31  # the states x_0 .. x_30
+    fig = plots.coefficient_heatmap(np.tril(np.full((n, n), 0.5)), "coefficients")
+    for axis in (fig.layout.xaxis, fig.layout.yaxis):
+        assert 2 <= len(axis.tickvals) <= plots.MAX_TICK_LABELS and len(axis.ticktext) == len(axis.tickvals)
+        assert axis.tickvals[0] == "input" and axis.ticktext[0].startswith("x₀")
+    assert fig.layout.yaxis.ticktext[1] == "x₂ block 2"  # every other state: x_0, x_2, ...
+    small = plots.coefficient_heatmap(np.tril(np.ones((5, 5))), "coefficients")
+    assert list(small.layout.xaxis.tickvals) == ["input", "block 1", "block 2", "block 3", "block 4"]
+
+
+def test_long_titles_of_the_heatmap_and_the_jacobian_figure_wrap_within_title_line_chars():
+    title = "Shortcut coefficients (unrolled) at step 1200 of tau 1/L^0.25 at depth 30, lr 0.01, seed 3"
+    heatmap = plots.coefficient_heatmap(np.tril(np.ones((4, 4))), title)
+    (jacobian,) = plots.probe_figures("jacobian", {"singular_values": np.ones((4, 8)), "chi": np.full(4, 76.87)},
+                                      "step 1200")
+    for fig, words in ((heatmap, title), (jacobian, "step 1200: input-output Jacobian spectrum (mean χ = 76.87)")):
+        lines = fig.layout.title.text.split("<br>")
+        assert len(lines) >= 2 and max(map(len, lines)) <= plots.TITLE_LINE_CHARS, lines
+        assert " ".join(lines) == words  # the same words, only broken
+    assert plots.wrap_title("short") == "short"
+    assert plots.wrap_title("a<br><sub>kept as it is, however long the line with a tag in it is</sub>", 10) == \
+        "a<br><sub>kept as it is, however long the line with a tag in it is</sub>"
+
+
 def test_coefficient_heatmap_bad_input():
     with pytest.raises(ValueError, match="matrix"):
         plots.coefficient_heatmap(np.zeros((3, 4)), "t")
@@ -658,7 +683,7 @@ def test_verdict_table_falls_back_to_the_per_seed_summary_and_escapes_it():
     line = re.search(r"<div class='measured'[^>]*>(.*?)</div>", table).group(1)
     assert line == html.escape(plots.per_seed_summary(per_seed)) and "val acc &lt;b&gt;" in line
     assert "0.75 (0.7 to 0.8)" in line and "15 (10 to 20)" in line  # each part of a list-valued entry, averaged
-    assert "0.8 / 0.3" in table and "0.7 / —" in table  # the seeds' pairs in the nested table
+    assert "0.8 /<br>0.3" in table and "0.7 /<br>—" in table  # the seeds' pairs in the nested table, stacked
     assert "x &lt; y" in table and "<b>" not in line
 
 
@@ -680,7 +705,7 @@ def test_claim_figure_draws_every_measured_per_seed_value_once_and_nothing_else(
 
 
 def test_claim_figure_puts_accuracies_and_losses_on_their_own_axes():
-    row = next(r for r in _recorded_rows() if r["id"] == "fig1-trainability")
+    row = next(r for r in _recorded_rows() if r["id"] == "fig1-threshold")
     fig = plots.claim_figure(row)
     titles = {name: fig.layout[name].title.text for name in fig.layout if name.startswith("xaxis")}
     assert "accuracy" in titles.values() and "loss" in titles.values()
@@ -785,6 +810,12 @@ def test_mass_summary_lists_the_learned_shortcuts_by_coefficient_with_their_chan
     assert plots.mass_summary({"own": np.eye(3), "unrolled": np.eye(3)}) == ""
     fig = plots.probe_figures("coefficients", r)[0]
     assert any("where the mass went" in a.text for a in fig.layout.annotations)
+    assert "no preference yet" not in plots.mass_summary(r)  # 2:3 moved far from its uniform start
+
+
+def test_mass_summary_says_when_no_coefficient_has_moved_from_its_start():
+    near_uniform = plots.mass_summary(_ancre_result({(0, 2): 0.02, (1, 3): 0.01}))
+    assert near_uniform.splitlines()[-1].startswith("no preference yet") and "0.1" in near_uniform
 
 
 def test_norms_and_spectra_hovers_carry_their_equations_with_numbers():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from explorer import budget
-from explorer.cache import megabytes_from_env
+from explorer.cache import megabytes_setting
 from explorer.settings import SettingError, whole_number
 from explorer_app import limits
 
@@ -22,7 +22,7 @@ def test_unset_or_blank_gives_the_default_and_a_number_is_read(monkeypatch):
 
 # one variable of each reader: the data cache, the run budget, the server's limits
 READERS = {
-    "EXPLORER_DATA_CACHE_MB": lambda: megabytes_from_env("EXPLORER_DATA_CACHE_MB", 256)(),
+    "EXPLORER_DATA_CACHE_MB": megabytes_setting("EXPLORER_DATA_CACHE_MB"),
     "EXPLORER_MAX_DATA_MB": budget.caps,
     "EXPLORER_MAX_JOBS": limits.limits,
 }

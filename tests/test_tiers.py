@@ -1,13 +1,15 @@
-"""The test tiers (tests/conftest.py): a test lands in its tiers by rule, the tables name tests that exist, and
-every page of the app has its one AppTest smoke in the fast tier."""
+"""The test tiers (tests/conftest.py): a test lands in its tiers by rule, the tables name tests that exist,
+every page of the app has its one AppTest smoke in the fast tier, and under pytest-xdist the tests that share a
+costly fixture run in one worker."""
 
 import ast
 import functools
 import re
+import types
 from pathlib import Path
 
 import pytest
-from conftest import FAST_EXCLUDES, PAGE_SMOKES, SLOW, TIERS, tiers_of
+from conftest import FAST_EXCLUDES, PAGE_SMOKES, SLOW, TIERS, tier_markers, tiers_of, xdist_group
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -75,3 +77,41 @@ def test_the_tiers_are_the_markers_pytest_knows():
     registered = {line.split(":")[0] for line in options["markers"]}
     assert TIERS <= registered and set(FAST_EXCLUDES) < TIERS
     assert "--strict-markers" in options["addopts"].split()
+
+
+def served_app(browsing, tmp_path):
+    """A stand-in module fixture of a test file: its code starts the app's server."""
+    with browsing.serve(tmp_path) as base:
+        yield base
+
+
+def test_a_fixture_that_starts_a_server_puts_its_tests_in_the_browser_tier():
+    def test_x(app):
+        assert app
+
+    fixtures = {"app": [types.SimpleNamespace(func=served_app, scope="module")]}
+    item = types.SimpleNamespace(path=TESTS / "test_app_x.py", name="test_x", function=test_x, fixturenames=["app"],
+                                 iter_markers=lambda: [], _fixtureinfo=types.SimpleNamespace(name2fixturedefs=fixtures))
+    assert tier_markers(item) == {"app", "browser"}
+    item._fixtureinfo.name2fixturedefs = {}
+    assert tier_markers(item) == {"app", "fast"}
+
+
+def collected(file: str, **scopes: str):
+    """A stand-in for a collected test of `file` using fixtures {name: scope}."""
+    definitions = {name: [types.SimpleNamespace(scope=scope)] for name, scope in scopes.items()}
+    return types.SimpleNamespace(path=Path(file), fixturenames=list(scopes),
+                                 _fixtureinfo=types.SimpleNamespace(name2fixturedefs=definitions))
+
+
+def test_tests_that_share_a_costly_fixture_run_in_one_xdist_worker():
+    """Under `-n N` a module's server (or JupyterLab) and the session's Ray and executed notebooks are built once:
+    their tests form one xdist group (--dist loadgroup); a test with function-scoped fixtures has none."""
+    assert xdist_group(collected("test_x_browser.py", app="module", tmp_path="function")) == "test_x_browser.py"
+    assert xdist_group(collected("test_sweep.py", local_ray="session")) == "local_ray"
+    assert xdist_group(collected("test_notebooks_site.py", site="module", executed_notebooks="session")) \
+        == "executed_notebooks"
+    assert xdist_group(collected("test_app_jobs.py", worker_pool="session", tmp_path="function")) is None
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    assert "--dist loadgroup" in addopts

@@ -99,9 +99,9 @@ def test_module_level_and_linear_ancre_keep_the_case_study_form():
     assert not model.stack.topology.layer_residual
     lnn, data = explorer.build(explorer.preset("ancre-fig2b-ancre"))
     assert not lnn.stack.topology.layer_residual
-    pair = explorer.preset("ancre-fig2b-ancre-temperature0.1").to_dict()  # the temperature pair differs in nothing else
+    pair = explorer.preset("ancre-fig2b-ancre-temperature1").to_dict()  # the temperature pair differs in nothing else
     pair["topology"]["temperature"] = lnn.stack.topology.temperature
-    assert pair == explorer.preset("ancre-fig2b-ancre").to_dict() and lnn.stack.topology.temperature == 1.0
+    assert pair == explorer.preset("ancre-fig2b-ancre").to_dict() and lnn.stack.topology.temperature == 0.1
     x = data.x_train[:5]
     p = lnn.stack.topology.probabilities()
     states = [x]

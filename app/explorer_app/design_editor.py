@@ -35,7 +35,7 @@ SELECTED = "design-selected"  # the shortcut the weight input edits, as "i:j"
 WEIGHT = "design-weight"
 LEARNABLE = "design-learnable"
 ON, OFF, CHAIN = "#1c83e1", "#9aa0a6", "#e8eaed"
-MARKER_DY = 0.28  # a marker sits below its cell's label, in the same cell (a click rounds to the cell)
+MARKER_DY = 0.4  # a marker sits below its cell's label, in the same cell (a click rounds to the cell)
 
 
 def model_blocks(raw: dict) -> int | None:
@@ -94,14 +94,15 @@ def design_figure(blocks: int, design: dict[tuple[int, int], float], selected: t
     sources, targets = list(range(blocks)), list(range(1, blocks + 1))
     weight = np.full((blocks, blocks), np.nan)
     chain = np.full((blocks, blocks), np.nan)
-    labels = [["" for _ in sources] for _ in targets]
+    labels = [["" for _ in sources] for _ in targets]  # the shortcut cells' labels
+    chain_labels = [["" for _ in sources] for _ in targets]  # the grey skips', smaller: three lines in a cell
     said = [["" for _ in sources] for _ in targets]  # the chain cells' hovers
     for j in targets:
         for i in range(j):
             on = design.get((i, j))
             if i == j - 1 and on is None:
                 chain[j - 1, i] = 0.0
-                labels[j - 1][i] = f"{i}:{j}<br>around block {j}"
+                chain_labels[j - 1][i] = f"{i}:{j}<br>around<br>block {j}"  # three short lines fit a narrow cell
                 said[j - 1][i] = (f"{explorer.describe_shortcut(i, j, blocks)}: the identity skip around block {j} "
                                   "(the standard residual's)")
             else:
@@ -110,12 +111,12 @@ def design_figure(blocks: int, design: dict[tuple[int, int], float], selected: t
     span = max([abs(w) for w in design.values() if math.isfinite(w)] + [1.0])
     fig = go.Figure()
     fig.add_trace(go.Heatmap(x=sources, y=targets, z=chain, colorscale=[[0, CHAIN], [1, CHAIN]], showscale=False,
-                             text=labels, texttemplate="%{text}", textfont=dict(size=11, color="#5f6368"),
+                             text=chain_labels, texttemplate="%{text}", textfont=dict(size=11, color="#5f6368"),
                              customdata=said, hovertemplate="%{customdata}<extra></extra>",
                              xgap=2, ygap=2, name="chain"))
     fig.add_trace(go.Heatmap(x=sources, y=targets, z=weight, colorscale="RdBu", reversescale=True, zmid=0.0,
-                             zmin=-span, zmax=span, text=labels, texttemplate="%{text}", textfont=dict(size=11),
-                             colorbar=dict(title=dict(text="weight")), xgap=2, ygap=2, hoverinfo="skip",
+                             zmin=-span, zmax=span, text=labels, texttemplate="%{text}", textfont=dict(size=13),
+                             colorbar=dict(title=dict(text="weight"), thickness=14), xgap=2, ygap=2, hoverinfo="skip",
                              name="weights"))
     cells = clickable(blocks)
     fig.add_trace(go.Scatter(
@@ -134,7 +135,7 @@ def design_figure(blocks: int, design: dict[tuple[int, int], float], selected: t
                    range=[-0.5, blocks - 0.5], fixedrange=True, showgrid=False, zeroline=False),
         yaxis=dict(title=dict(text="into x_j (block j's output)"), tickmode="array", tickvals=targets,
                    range=[blocks + 0.5, 0.5], fixedrange=True, showgrid=False, zeroline=False),
-        height=min(160 + 52 * blocks, 640), margin=dict(l=60, r=20, t=50, b=50), showlegend=False,
+        height=min(160 + 60 * blocks, 640), margin=dict(l=60, r=20, t=50, b=50), showlegend=False,
         plot_bgcolor="white", clickmode="event+select", dragmode=False)
     return fig
 
@@ -215,7 +216,7 @@ def render(raw: dict) -> None:
                         help="w_ij in x_j = act(y_j + sum_i w_ij x_i); 1 is the plain identity shortcut.")
     if _has_param("learnable"):
         st.session_state[LEARNABLE] = bool(st.session_state.get(LEARNABLE_KEY, False))
-        right.toggle("learnable weights", key=LEARNABLE, on_change=_learnable,
+        right.toggle("learnable", key=LEARNABLE, on_change=_learnable,
                      help="Train each shortcut's weight with the model, starting from the weight drawn.")
 
 
@@ -265,6 +266,21 @@ def challenge_refusal(spec) -> SpecError | None:
     return None
 
 
+def unscored_setup(spec) -> SpecError | None:
+    """Why a run of the form would not be scored, for a form that is the challenge's linear net on its data with a
+    field changed (e.g. another learning rate); None for a challenge run, or for another experiment altogether."""
+    from explorer import challenge
+
+    base = challenge.CHALLENGE.base
+    if spec is None or (spec.model.name, spec.data.to_dict()) != (base.model.name, base.data.to_dict()):
+        return None
+    try:
+        challenge.design_of(spec)
+    except SpecError as error:
+        return error
+    return None
+
+
 def challenge_panel(jobs, spec) -> None:
     """The design challenge (in the current container): the task, a button that loads its set-up, whether the
     form's design keeps the rules, the session's table of designs tried and, on request, the papers' answer."""
@@ -276,14 +292,16 @@ def challenge_panel(jobs, spec) -> None:
                 f"{task.depth} linear layers, gradient descent, {task.base.train.steps} steps) is the challenge's: "
                 "change only the shortcuts.")
     st.button("Load the challenge", key="challenge-load", icon=":material/flag:", on_click=_load_challenge)
-    refused = challenge_refusal(spec)
+    refused, changed = challenge_refusal(spec), unscored_setup(spec)
     if refused is not None:
         st.warning(f"Not a challenge design: {messages.spec_error(refused)}", icon=":material/block:")
+    elif changed is not None:
+        st.caption(f"A run of the form will not be scored: {messages.spec_error(changed)}")
     rows, unscored = scored_tries(jobs)
     if rows:
         st.dataframe([{"design": r["design"], "shortcuts": r["shortcuts"],
                        f"steps to {task.target_loss:g}": "not reached" if r["steps"] is None else r["steps"],
-                       "last loss": "not finite" if r["final_loss"] is None else f"{r['final_loss']:.3g}"}
+                       "last loss": challenge.loss_text(r["final_loss"])}
                       for r in rows],
                      hide_index=True, key="challenge-table")
     else:
@@ -292,5 +310,9 @@ def challenge_panel(jobs, spec) -> None:
         st.markdown("**Not scored:**\n" + "\n".join(f"- {messages.escape(line)}" for line in unscored))
     if st.toggle("Show the papers' answer", key="challenge-reveal"):
         answer = challenge.reference(measure=False)  # the server trains nothing itself: Train it to measure it
-        steps = "train it to see its steps"
+        tried = next((r for r in rows if r["design"] == answer["design"] and r["steps"] is not None), None)
+        steps = "train it to see its steps" if tried is None else f"{tried['steps']} steps in your table"
         st.info(f"**{answer['design']}** ({steps}). {answer['why']}", icon=":material/school:")
+        compared = challenge.against_answer(rows)
+        if compared is not None:
+            st.markdown(f"**{messages.escape(compared)}**")

@@ -25,7 +25,6 @@ the system; one that still holds more than `worker_idle_mb` is replaced by a fre
 from __future__ import annotations
 
 import io
-import os
 import threading
 import time
 import uuid
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from explorer.runs import RunStore
+from explorer.settings import worker_settings
 from explorer_app.messages import escape
 from explorer_app.workers import (ClaimResult, Failed, Finished, Free, Held, Logged, Note, Pause, ProbeResult, Probing,
                                   Progress, Recorded, Resume, Rewire, Rewired, RewireRefused, RunClaims, RunProbes,
@@ -43,8 +43,6 @@ from explorer_app.workers import (ClaimResult, Failed, Finished, Free, Held, Log
                                   WorkerDied, WorkerPool)
 
 ACTIVE = ("queued", "starting", "running", "paused")  # a job in one of these may still change
-SETTINGS = ("EXPLORER_MAX_DATA_MB", "EXPLORER_MAX_MODEL_MB", "EXPLORER_DATA_CACHE_MB", "EXPLORER_DATA_DIR",
-            "EXPLORER_HOME", "EXPLORER_FAST", "EXPLORER_WORKER_IDLE_MB")  # the server's settings a worker takes
 SLOT_THREAD = "explorer-job-slot"  # the name of the slots' threads (and a number)
 CANCEL_GRACE_S = 3.0  # seconds a stopped probe job's worker has to finish its probe before it is killed
 
@@ -199,7 +197,7 @@ class Job:
         from explorer.data.files import allowed_roots
 
         roots = allowed_roots()
-        return {"threads": self.threads, "env": {k: os.environ.get(k) for k in SETTINGS},
+        return {"threads": self.threads, "env": worker_settings(),
                 "data_roots": None if roots is None else [str(root) for root in roots]}
 
     def fail(self, reason: str) -> None:

@@ -35,3 +35,12 @@ def failure(error: BaseException) -> str:
     """An unexpected error in one line, escaped: its type and the first line of its text."""
     first = (str(error).strip().splitlines() or [""])[0][:300]
     return escape(f"{type(error).__name__}: {first}" if first else type(error).__name__)
+
+
+def steps_text(status: str, steps_done: int, total: int | None, diverged_at: int | None = None) -> str:
+    """How far a run went, in the words every page uses: "diverged at step 3 of 10" for a diverged run (the steps
+    logged after its divergence do not count), else "10 of 10 steps"."""
+    of = f" of {total}" if total else ""
+    if status == "diverged" and diverged_at is not None:
+        return f"diverged at step {diverged_at}{of}"
+    return f"{steps_done}{of} steps"

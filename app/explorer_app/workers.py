@@ -43,7 +43,6 @@ import types
 from dataclasses import dataclass, fields
 
 READY_TIMEOUT_S = 300.0  # a worker imports torch and explorer before it says ready (seconds on a busy 2-core VM)
-IDLE_MB = 1024  # EXPLORER_WORKER_IDLE_MB's default: resident memory an idle worker may keep after a job
 
 
 # ---- the messages -------------------------------------------------------------------------------
@@ -617,12 +616,12 @@ def _probe(job: RunProbes, controls: _Controls, send) -> None:
 
 def _idle_limit_mb() -> int:
     """EXPLORER_WORKER_IDLE_MB as the server sent it with the last job (its default when unset or not valid)."""
-    from explorer.settings import SettingError, whole_number
+    from explorer.settings import SETTINGS, SettingError, number
 
     try:
-        return whole_number("EXPLORER_WORKER_IDLE_MB", IDLE_MB, "resident memory an idle worker may keep")
+        return number("EXPLORER_WORKER_IDLE_MB")
     except SettingError:
-        return IDLE_MB
+        return SETTINGS["EXPLORER_WORKER_IDLE_MB"].default
 
 
 def give_memory_back(limit_mb: float | None = None) -> float | None:
@@ -846,7 +845,9 @@ def _ray_host():
 def default_backend() -> str:
     """Where the server's jobs run: "ray" when RAY_ADDRESS is set (e.g. ray://head:10001, or "local" to start a
     private one), else "local" (worker processes here)."""
-    return "ray" if os.environ.get("RAY_ADDRESS") else "local"
+    from explorer.settings import ray_address
+
+    return "ray" if ray_address() else "local"
 
 
 _RAY_LOCK = threading.Lock()

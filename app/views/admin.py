@@ -6,14 +6,14 @@ see what holds the job slots (whose session, how far, since when) and to stop an
 """
 
 import hmac
-import os
 
 import streamlit as st
 
+from explorer.settings import admin_token
 from explorer_app import messages, state
 
 st.title("Admin: jobs on this server")
-expected = os.environ.get("EXPLORER_ADMIN_TOKEN", "")
+expected = admin_token()
 given = st.query_params.get("token", "") or st.session_state.get("admin-token", "")
 if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
     st.info("Open this page as /admin?token=... with the server's EXPLORER_ADMIN_TOKEN.", icon=":material/lock:")

@@ -236,6 +236,16 @@ def expand(kind: str, base, grid: dict[str, list], seeds: int, steps: int) -> li
     return items
 
 
+def too_many_runs(size: int, grid: dict[str, list], seeds: int) -> str:
+    """One sentence on a grid with more runs than it may launch: the limit, where it comes from, and the fix
+    (fewer values on an axis, or fewer seeds)."""
+    most = min(MAX_RUNS, caps.max_jobs_per_session)
+    limit = (f"a grid launches at most {most}" if MAX_RUNS <= caps.max_jobs_per_session else
+             f"this server lets one session queue at most {most} runs (EXPLORER_MAX_JOBS_PER_SESSION)")
+    shape = " x ".join(str(len(values)) for values in grid.values()) + (f" x {seeds} seeds" if seeds > 1 else "")
+    return f"This grid has {size} runs ({shape}), but {limit}: remove values from an axis or lower Seeds."
+
+
 def grid_size(grid: dict[str, list], seeds: int) -> int:
     size = seeds
     for values in grid.values():
@@ -298,11 +308,7 @@ if size == 0 and kind is None:
 elif size == 0:
     st.info("Pick at least one value on each axis.", icon=":material/info:")
 elif size > min(MAX_RUNS, caps.max_jobs_per_session):
-    most, why = (MAX_RUNS, "a grid may launch") if MAX_RUNS <= caps.max_jobs_per_session else \
-        (caps.max_jobs_per_session, "one session may have this many runs training or waiting on this server "
-                                    "(EXPLORER_MAX_JOBS_PER_SESSION), and")
-    st.error(f"This grid has {size} runs; {why} at most {most}. Remove some values or seeds.",
-             icon=":material/error:")
+    st.error(too_many_runs(size, grid_values, seeds), icon=":material/error:")
 else:
     try:
         items = expand(kind, base, grid_values, seeds, steps)
@@ -455,8 +461,12 @@ def significant(value, digits: int = 4):
 def grid_row(view) -> dict:
     final = view.history[-1] if view.history else {}
     status = f"queued (#{view.queue_position} in line)" if view.status == "queued" else view.status
+    diverged = view.status == "diverged" and view.diverged_at is not None
+    if diverged:  # one description: the step it diverged at, not the last step it logged
+        status = messages.steps_text(view.status, view.steps_done, view.total_steps, view.diverged_at)
     return {"run": view.label, "status": status, "progress": 100 * run_fraction(view),
-            "step": f"{view.steps_done} / {view.total_steps}", "loss": significant(final.get("loss")),
+            "step": f"{view.diverged_at if diverged else view.steps_done} / {view.total_steps}",
+            "loss": significant(final.get("loss")),
             "val accuracy": significant(final.get("val_accuracy")), "diverged at": view.diverged_at}
 
 
@@ -493,9 +503,16 @@ def choose_runs(records: list[dict]) -> list[str]:
                           format_func=lambda run_id: option_label(by_id[run_id]))
 
 
+def record_steps(record: dict) -> str:
+    """A stored run's `messages.steps_text`: "diverged at step 3 of 10", or "10 of 10 steps"."""
+    return messages.steps_text(record["status"], record["steps_done"], record["spec"]["train"]["steps"],
+                               record["diverged_at"])
+
+
 def option_label(record: dict) -> str:
     name = record["label"] or record["id"][:8]
-    return f"{name} · {record['status']} · {record['steps_done']} steps · {record['id'][:6]}"
+    status = "" if record["status"] == "diverged" else f"{record['status']} · "  # its steps say it diverged
+    return f"{name} · {status}{record_steps(record)} · {record['id'][:6]}"
 
 
 def load(run_ids: list[str]) -> list[dict]:
@@ -519,7 +536,9 @@ def display_labels(records: list[dict]) -> list[str]:
 def summary_row(label: str, record: dict) -> dict:
     """One run in the runs table: its spec values and final metrics."""
     final, spec = record["final"] or {}, record["spec"]
-    return {"run": label, "status": record["status"], "steps": record["steps_done"],
+    diverged = record["status"] == "diverged" and record["diverged_at"] is not None
+    return {"run": label, "status": record_steps(record) if diverged else record["status"],
+            "steps": record["diverged_at"] if diverged else record["steps_done"],
             "model": spec["model"]["name"], "topology": spec["topology"]["name"], "depth": spec["model"].get("depth"),
             "width": spec["model"].get("width"), "init": spec["init"]["name"], "optimizer": spec["optim"]["name"],
             "lr": spec["optim"].get("lr"), "seed": spec["train"]["seed"], "loss": final.get("loss"),
@@ -672,8 +691,8 @@ def compare_view() -> None:
         return
     labels = display_labels(records)
     colors = plots.run_colors(labels)
-    diverged = [f"**{messages.escape(label)}** at step {record['diverged_at']}" for label, record in zip(labels, records)
-                if record["status"] == "diverged"]
+    diverged = [f"**{messages.escape(label)}** at step {record['diverged_at']} of {record['spec']['train']['steps']}"
+                for label, record in zip(labels, records) if record["status"] == "diverged"]
     if diverged:
         st.info("Diverged (marked x on the curves; a result, not an error): " + ", ".join(diverged) + ".",
                 icon=":material/trending_up:")

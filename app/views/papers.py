@@ -27,7 +27,7 @@ import streamlit as st
 import explorer
 from explorer import plots
 from explorer.papers import PAPERS, presets_of
-from explorer.papers.claims import Claim, claims, recorded
+from explorer.papers.claims import RULE_SUMMARY, Claim, claims, recorded
 from explorer.papers.claims import figure as claim_figure
 from explorer_app import figures, live_feed, state
 from explorer_app.messages import escape
@@ -42,10 +42,9 @@ VERDICTS = {  # a claim's verdict -> (badge colour, icon, label); the labels are
     "error": ("gray", ":material/error:", plots.VERDICT_STYLES["error"][1]),
 }
 
-MODES = ("Fast mode runs one seed and small runs: seconds per claim, and it decides only large effects (otherwise "
-         "inconclusive). Full mode runs at least 3 seeds and decides on the paired same-seed differences: up to "
-         "several minutes per claim on a 2-core CPU. Verdicts can differ between the two.")
 
+TABLE_SHARE = [3, 2]  # a claim's verdict table and its figure, side by side
+FIGURE_TITLE_CHARS = 36  # the figure's column holds title lines of about this many characters
 PROGRESS_S = 0.5  # without a feed: the progress refresh period while this session's claims job runs
 RESULTS = "papers-results"  # session state: (paper, claim id, fast) -> the claim's result row
 
@@ -193,6 +192,22 @@ def formatted(value) -> str:
     return str(value)
 
 
+def fitted(fig):
+    """A claim's figure fitted to its column: its title wrapped, a legend beside the plot moved under it."""
+    fig.update_layout(title_text=plots.wrap_title(fig.layout.title.text or "", FIGURE_TITLE_CHARS))
+    if fig.layout.legend.orientation != "h":
+        fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))
+    return fig
+
+
+def seconds_note(row: dict, mode: str, recorded_row: bool) -> str:
+    """What the verdict table's "s" column is: the seconds the claim took, and where."""
+    if recorded_row:
+        return (f"s: seconds the claim took when it was recorded ({escape(row['mode'])}; the machine and command are "
+                "under Recorded full-mode results above).")
+    return f"s: seconds the claim took on this server ({mode} mode)."
+
+
 def show_result(claim: Claim, row: dict, fast: bool, recorded_row: bool = False) -> None:
     """Verdict badge, then the verdict table (the measured summary first, why, the per-seed numbers, the rule
     folded) beside the figure of the numbers it decided on (explorer.papers.claims.figure), then the paper's words.
@@ -209,20 +224,21 @@ def show_result(claim: Claim, row: dict, fast: bool, recorded_row: bool = False)
     if recorded_row and row.get("stale"):
         st.caption("The check changed after this was recorded: a new full-mode run may differ.")
     # the notebooks' verdict table (explorer.plots.verdict_table; every text in it is escaped) beside its figure:
-    # both in one screen at 1280x720
+    # both in one screen at 1280x720, the table's text column wide enough to read (TABLE_SHARE)
     fig = claim_figure(row)
-    table, chart = st.columns(2, gap="medium") if fig is not None else (st.container(), None)
+    table, chart = st.columns(TABLE_SHARE, gap="small") if fig is not None else (st.container(), None)
     table.html(plots.verdict_table([row], show_claim=False))
+    table.caption(seconds_note(row, mode, recorded_row))
     if chart is not None:
         with chart:
             name = f"{claim.paper}-{claim.id}-{'recorded' if recorded_row else mode}"
-            figures.show(fig, key=f"papers-{name}", name=name)
+            figures.show(fitted(fig), key=f"papers-{name}", name=name)
     st.caption(f"The paper: {escape(row.get('source', claim.source))}")
     st.caption(f"Paper scale: {escape(row.get('paper_scale', claim.paper_scale))}")
 
 
 def recorded_section(paper: str) -> None:
-    """The paper's full-mode results recorded with the package (3 seeds): when and where they were recorded and
+    """The paper's full-mode results recorded with the package: when and where they were recorded and
     all its claims in one table, folded; each claim below shows its own recorded row with its figure."""
     stored = recorded(paper)
     if not stored["rows"]:
@@ -230,10 +246,10 @@ def recorded_section(paper: str) -> None:
     about = stored["about"]
     verdicts = ", ".join(f"{sum(r['verdict'] == v for r in stored['rows'])} {VERDICTS[v][2]}"
                          for v in VERDICTS if any(r["verdict"] == v for r in stored["rows"]))
-    with st.expander(f"Recorded full-mode results ({len(stored['rows'])} claims, 3 seeds: {verdicts})"):
+    with st.expander(f"Recorded full-mode results ({len(stored['rows'])} claims: {verdicts})"):
         for when in [about, *about.get("earlier", [])]:  # the newest recording first
             st.caption(escape(f"Recorded {when['date']} on {when['machine']} with: {when['command']} (commit "
-                              f"{when['commit'][:10]})."))
+                              f"{when['commit']})."))
         st.caption(escape(f"{about['note']}. " if about.get("note") else "") + "Rerun any claim in full mode below to check.")
         stale = [r["id"] for r in stored["rows"] if r["stale"]]
         if stale:
@@ -246,9 +262,7 @@ def recorded_section(paper: str) -> None:
 def claims_section(paper: str, fast: bool) -> None:
     paper_claims = claims(paper)
     st.markdown(f"#### Claims ({len(paper_claims)})")
-    st.caption("Each claim is checked on real runs at CPU scale, on several seeds in full mode: it holds or does not "
-               "hold only when every seed agrees by more than the run-to-run noise; otherwise, or when a score sits "
-               "at its trivial floor (chance accuracy, float noise), it is inconclusive. Results are cached on the "
+    st.caption("Each claim is checked on real runs at CPU scale, by the rule above. Results are cached on the "
                "server: a claim someone already ran shows at once.")
     busy = st.session_state.get("papers-job") is not None
     st.button("Run all claims of this paper", key=f"papers-run-all-{paper}", icon=":material/play_arrow:",
@@ -268,6 +282,9 @@ def claims_section(paper: str, fast: bool) -> None:
                 row = session_results().get((paper, claim.id, mode_fast))
                 if row is not None:
                     show_result(claim, row, mode_fast)
+                    difference = plots.mode_difference(row, stored.get(claim.id))
+                    if difference:
+                        st.info(escape(difference), icon=":material/compare_arrows:")
             if session_results().get((paper, claim.id, False)) is None and claim.id in stored:
                 show_result(claim, stored[claim.id], fast=False, recorded_row=True)  # no run needed to see one
 
@@ -299,7 +316,7 @@ st.title("Papers")
 st.caption(f"{len(PAPERS)} papers on residual connections: what each one says, its key equations, and its claims rerun on "
            "real training runs at CPU scale, with the numbers measured and a verdict.")
 fast_mode = st.toggle("Fast mode", value=True, key="papers-fast")
-st.caption(MODES)
+st.caption(RULE_SUMMARY)  # the rule and the two modes, in the library's words
 tabs = st.tabs([info.tab for info in PAPERS.values()], key="paper", bind="query-params")
 for paper_id, tab in zip(PAPERS, tabs):
     if tab.open:

@@ -1,5 +1,9 @@
 """Train: set up an experiment, train it live, and watch its loss, shortcut heatmap and one probe.
 
+At a projector's 1280x720 one screen holds the design (left) and the controls with the live loss chart under them
+(right); the explanation of a run that diverged or stalled, then the heatmap and the probe's figures, follow below at
+the page's full width.
+
 The form (sidebar) is generated from the registries and mirrored in the URL; the session keeps it (and the
 live-probe choices), so it is the same when the user comes back from another page. Training runs as a job
 in a worker process (explorer_app.jobs). While it trains, the progress bar and the charts follow it without
@@ -30,6 +34,7 @@ REFRESH_S = 0.2  # without a feed: the live view's refresh period while a job is
 # The heatmap's and the live probe's refresh period (results come every `probe every` steps, up to ten a
 # second): redrawing them at the loss chart's rate cost the browser more than the loss chart itself.
 PROBE_REFRESH_S = 1.0
+LOSS_HEIGHT = 340  # px: the loss chart under the controls, within a 1280x720 screen
 REWIRE_WAIT_S = 5.0  # the longest a rerun that rewired a paused run waits for the worker's answer
 LIVE_PROBE = "coefficients"  # always probed: the heatmap
 # The probe shown beside it until the user picks another: norms per block apply to every model and cost
@@ -39,8 +44,7 @@ probe_names = [name for name in explorer.registry("probes") if name != LIVE_PROB
 caps = limits.limits()
 
 st.title("Train")
-st.caption("Pick data, an architecture, a residual topology and an initialisation in the sidebar, then press "
-           "**Train**. The loss, the shortcut-coefficient heatmap and the probe you choose update while it trains. "
+st.caption("Set up data, model, topology and initialisation in the sidebar, press **Train**, and watch it learn. "
            "The address bar holds the whole experiment: copy it to share the set-up.")
 
 
@@ -122,17 +126,22 @@ if spec is not None:
 
 
 
+# ---- the layout: one 1280x720 screen shows the design (left), the controls and the live loss (right); what
+# explains an ended run, and the heatmap and probe charts, follow below, full width ----------------------------
+design_column, run_column = st.columns([5, 6], gap="medium")
+outcome_area, probe_area = st.container(), st.container()
+
+
 # ---- the shortcut editor -----------------------------------------------------------------------
 def shortcut_editor() -> None:
     """Draw the form's shortcuts on a matrix of the model's layers (explorer_app.design_editor)."""
-    if form.raw["topology"]["name"] == design_editor.TOPOLOGY:
-        st.subheader("Shortcut design")
     design_editor.render(form.raw)
     with st.expander("Design challenge", icon=":material/emoji_events:"):
         design_editor.challenge_panel(state.session_jobs(), spec)
 
 
-shortcut_editor()
+with design_column:
+    shortcut_editor()
 
 
 def rewire_if_edited(job, spec) -> None:
@@ -168,12 +177,13 @@ rewire_if_edited(st.session_state.get("train-job"), spec)
 state.keep_choices("train-choices", ("train-probe", "train-probe-every", "train-basis"))
 st.session_state.setdefault("train-probe", DEFAULT_PROBE)
 st.session_state.setdefault("train-probe-every", 50)
-left, middle, right = st.columns([2, 1, 1])
-probe_name = left.selectbox("Live probe", probe_names, key="train-probe",
-                            help="Computed on a fixed validation batch while the run trains.")
-left.caption(explorer.registry("probes").describe()[probe_name])  # in full: the select cut it off
-probe_every = middle.number_input("probe every (steps)", min_value=1, max_value=100_000, key="train-probe-every")
-heatmap_basis = right.selectbox("Heatmap basis", ["default", *plots.COEFFICIENT_BASES], key="train-basis",
+with design_column:
+    probe_name = st.selectbox("Live probe", probe_names, key="train-probe",
+                              help="Computed on a fixed validation batch while the run trains; drawn below the loss.")
+    st.caption(explorer.registry("probes").describe()[probe_name])  # in full: the select cut it off
+    every_column, basis_column = st.columns(2)
+probe_every = every_column.number_input("probe every (steps)", min_value=1, max_value=100_000, key="train-probe-every")
+heatmap_basis = basis_column.selectbox("Heatmap basis", ["default", *plots.COEFFICIENT_BASES], key="train-basis",
                                 help="default: the learned coefficients (own) of a learnable topology such as "
                                      "ANCRe, unrolled otherwise; unrolled: weight of each earlier branch output in "
                                      "each block's input (comparable across topologies); own: the topology's own "
@@ -226,7 +236,7 @@ def stamp(view) -> str:
 
 def progress_text(view) -> str:
     if view.status == "diverged":  # the run ended there: "step 10 of 300" would read as progress
-        return f"{view.label}: diverged at step {view.diverged_at} (of {view.total_steps})"
+        return f"{view.label}: {messages.steps_text(view.status, view.steps_done, view.total_steps, view.diverged_at)}"
     speed = f"{view.steps_per_second:.1f} steps/s" if view.steps_per_second else "starting"
     return f"{view.label}: step {view.steps_done} of {view.total_steps} · {speed} · {view.status}"
 
@@ -236,7 +246,7 @@ def progress_fraction(view) -> float:
 
 
 def loss_figure(view):
-    return plots.loss_curves([view.as_run()], title=f"{view.label}: loss")
+    return plots.loss_curves([view.as_run()], title=f"{view.label}: loss").update_layout(height=LOSS_HEIGHT)
 
 
 def loss_version(view) -> str:
@@ -274,7 +284,8 @@ def publish_feed(job) -> str | None:
 
 
 def live_view() -> None:
-    """Controls, status and the loss chart; button callbacks run before this, so the state read here is current."""
+    """Controls, progress, the loss chart and the run's state under it, in the run column; button callbacks run
+    before this, so the state read here is current."""
     if live_feed.stale():
         st.rerun(scope="app")
     job = current_job()
@@ -287,27 +298,27 @@ def live_view() -> None:
     active = bool(view and view.active)
     paused = bool(view and view.status == "paused")
 
-    buttons = st.columns(5)
-    buttons[0].button("Train", type="primary", key="train-start", icon=":material/play_arrow:",
-                      disabled=spec is None or active, on_click=start, args=(spec,),
-                      help="Fix the field marked in the sidebar first." if spec is None else None)
+    row = st.container(horizontal=True, gap="xsmall")  # each button as wide as its label: one line
+    row.button("Train", type="primary", key="train-start", icon=":material/play_arrow:",
+               disabled=spec is None or active, on_click=start, args=(spec,),
+               help="Fix the field marked in the sidebar first." if spec is None else None)
     if paused:
-        buttons[1].button("Resume", key="train-resume", icon=":material/resume:", on_click=job.resume)
+        row.button("Resume", key="train-resume", icon=":material/resume:", on_click=job.resume)
     else:
-        buttons[1].button("Pause", key="train-pause", icon=":material/pause:", disabled=not active,
-                          on_click=job.pause if job else None)
+        row.button("Pause", key="train-pause", icon=":material/pause:", disabled=not active,
+                   on_click=job.pause if job else None)
     # a paused run holds at a logged step, so Step trains one logging interval, not one optimiser step
     shown_spec = job.spec if job else spec
     interval = shown_spec.train.log_every if shown_spec is not None else None
-    buttons[2].button(f"Step +{interval}" if interval else "Step", key="train-step", icon=":material/skip_next:",
-                      disabled=not paused, on_click=job.step if job else None,
-                      help=f"While paused: train one logging interval, {interval or 'train.log_every'} optimiser "
-                           "step(s) (train.log_every), to the next logged step, then pause again. Pause and Step act "
-                           "at logged steps only: lower train.log_every for finer steps.")
-    buttons[3].button("Stop", key="train-stop", icon=":material/stop:", disabled=not active,
-                      on_click=job.stop if job else None)
-    buttons[4].button("Reset", key="train-reset", icon=":material/restart_alt:", disabled=view is None,
-                      on_click=reset, help="Stop this run (it stays in the store) and clear the view.")
+    row.button(f"Step +{interval}" if interval else "Step", key="train-step", icon=":material/skip_next:",
+               disabled=not paused, on_click=job.step if job else None,
+               help=f"While paused: train one logging interval, {interval or 'train.log_every'} optimiser "
+                    "step(s) (train.log_every), to the next logged step, then pause again. Pause and Step act "
+                    "at logged steps only: lower train.log_every for finer steps.")
+    row.button("Stop", key="train-stop", icon=":material/stop:", disabled=not active,
+               on_click=job.stop if job else None)
+    row.button("Reset", key="train-reset", icon=":material/restart_alt:", disabled=view is None,
+               on_click=reset, help="Stop this run (it stays in the store) and clear the view.")
 
     if "train-message" in st.session_state:
         st.warning(st.session_state["train-message"], icon=":material/warning:")
@@ -317,12 +328,13 @@ def live_view() -> None:
         st.info("No run yet: press **Train**.", icon=":material/info:")
         empty_loss_chart()
         return
+    figures.progress(progress_fraction(view), progress_text(view), key="train", feed=links.get("progress"))
+    show_loss(job, view, links.get("loss"))
+    show_status(view)
     if form_differs(job, view):
         st.info(f"This result is of {messages.escape(view.label)}; the form has changed since: Train to run the "
                 "form's set-up.", icon=":material/difference:")
-    show_status(view, links.get("progress"))
     show_rewires(view)
-    show_loss(job, view, links.get("loss"))
     if view.active != active_at_last_run():
         st.rerun(scope="app")  # switch the live parts (feed or timers) on or off
 
@@ -341,29 +353,38 @@ def active_at_last_run() -> bool:
     return st.session_state.get("train-active", False)
 
 
-def show_status(view, feed: live_feed.Link | None) -> None:
-    figures.progress(progress_fraction(view), progress_text(view), key="train", feed=feed)
+def show_status(view) -> None:
+    """The run's state in a line under its loss chart (the progress bar above it says where it is)."""
     if view.status == "queued":
         running, waiting = state.job_queue().counts()
         st.info(f"Queued: {running} run(s) are training on this server (limit {caps.max_jobs}, EXPLORER_MAX_JOBS); "
                 f"this one is number {view.queue_position} in line.", icon=":material/hourglass_top:")
-    elif view.status == "diverged":
-        diagnosis = run_diagnosis(view)
-        st.warning(f"**Diverged at step {view.diverged_at}**: the loss became non-finite or grew past "
-                   f"train.diverge_factor times its first value. That is a result, not an error: the charts show "
-                   f"the run up to there. {diagnosis_view.explanation(diagnosis, view)}", icon=":material/trending_up:")
-        diagnosis_view.show_table(diagnosis, run=view)
     elif view.status == "error":
         st.error(f"The run failed: {messages.escape(view.error)}", icon=":material/error:")
     elif view.status == "finished":
         final = view.history[-1] if view.history else {}
         shown = " · ".join(f"{k} {v:.4g}" for k, v in final.items() if k not in ("step", "time"))
         st.success(f"Finished {view.steps_done} steps: {shown}", icon=":material/check_circle:")
-        if explorer.diagnosis.outcome(view).stalled:
-            diagnosis = run_diagnosis(view)
-            st.warning(f"**Stalled**: the loss ended within {1 - explorer.diagnosis.STALL_FRACTION:.0%} of its first "
-                       f"value. {diagnosis_view.explanation(diagnosis, view)}", icon=":material/trending_flat:")
-            diagnosis_view.show_table(diagnosis, run=view)
+
+
+def show_outcome() -> None:
+    """Why an ended run diverged or stalled: the three lines, then the detail folded, full width below the columns
+    (its table needs the page's width). Drawn by the page's full rerun when a run ends."""
+    job = current_job()
+    if job is None or job.active:
+        return
+    view = read_view(job)
+    if view.status == "diverged":
+        diagnosis = run_diagnosis(view)
+        st.warning(f"**Diverged at step {view.diverged_at}**: the loss became non-finite or grew past "
+                   f"train.diverge_factor times its first value. That is a result, not an error: the charts show "
+                   f"the run up to there. {diagnosis_view.explanation(diagnosis, view)}", icon=":material/trending_up:")
+        diagnosis_view.show_table(diagnosis, run=view)
+    elif view.status == "finished" and explorer.diagnosis.outcome(view).stalled:
+        diagnosis = run_diagnosis(view)
+        st.warning(f"**Stalled**: the loss ended within {1 - explorer.diagnosis.STALL_FRACTION:.0%} of its first "
+                   f"value. {diagnosis_view.explanation(diagnosis, view)}", icon=":material/trending_flat:")
+        diagnosis_view.show_table(diagnosis, run=view)
 
 
 def show_rewires(view) -> None:
@@ -392,6 +413,7 @@ def run_diagnosis(view):
 def empty_loss_chart() -> None:
     """Empty axes where the loss will be: they also make the browser load plotly.js before the first run."""
     fig = plots.loss_curves([{"label": "no run yet", "history": []}], title="Loss (press Train)")
+    fig.update_layout(height=LOSS_HEIGHT)
     figures.show(fig, key="train-loss", downloads=False, live=True)
 
 
@@ -466,8 +488,12 @@ def build_probe_charts(view, basis_choice: str, probe: str) -> tuple:
 active = bool(current_job() and current_job().active)
 st.session_state["train-active"] = active
 timers = active and not live_feed.served  # a feed needs no timer: the browser polls it
-st.fragment(run_every=REFRESH_S if timers else None)(live_view)()
-st.fragment(run_every=PROBE_REFRESH_S if timers else None)(probe_view)()
+with run_column:
+    st.fragment(run_every=REFRESH_S if timers else None)(live_view)()
+with outcome_area:
+    show_outcome()
+with probe_area:
+    st.fragment(run_every=PROBE_REFRESH_S if timers else None)(probe_view)()
 
 # ---- downloads (the run's files are read from the store only when clicked) -----------------------
 def history_csv(rows: list[dict]) -> str:

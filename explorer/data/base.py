@@ -15,7 +15,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from explorer.cache import LRUCache, megabytes_from_env
+from explorer.cache import LRUCache, megabytes_setting
 from explorer.registries import Param, Registry
 
 DATASETS = Registry("datasets")
@@ -129,7 +129,7 @@ def build_dataset(section) -> Dataset:
     return dataset.copy()
 
 
-cache_limit_bytes = megabytes_from_env("EXPLORER_DATA_CACHE_MB", 256)
+cache_limit_bytes = megabytes_setting("EXPLORER_DATA_CACHE_MB")
 cache_limit_bytes.__doc__ = "EXPLORER_DATA_CACHE_MB (default 256) in bytes: what the dataset cache may hold in all."
 
 

@@ -118,6 +118,12 @@ def resnet_blocks(p, topology=None) -> int:
     return max(n - 1, 0)
 
 
+def _pixels(params: dict, shape: tuple[int, ...]) -> int:
+    """Positions a convolution computes on per image: its full-resolution pixels (later stages have fewer, so this
+    bounds them); 1 for inputs that are not images (the model's check refuses those)."""
+    return shape[1] * shape[2] if len(shape) == 3 else 1
+
+
 @MODELS.register(
     "resnet-cifar",
     "CIFAR ResNet-(6n+2): 3 stages of n basic blocks, the topology inside each stage",
@@ -129,7 +135,8 @@ def resnet_blocks(p, topology=None) -> int:
               choices=("projection", "pad", "pool-bn")),
     ),
     defaults={"depth": 20, "width": 16},
-    n_blocks=resnet_blocks, check=_resnet_check,
+    n_blocks=resnet_blocks, positions=_pixels, check=_resnet_check,
+    example={"data": {"name": "digits-images"}, "model": {"depth": 20, "width": 2}},
 )
 def resnet_cifar(depth, width, norm, shortcut, topology, data_dims):
     n = (depth - 2) // 6
@@ -164,7 +171,8 @@ def _allconv_check(spec, data_dims):
     "allconv",
     "All-CNN-C (IDInit Table 9): nine convolutions, no residual connection, global average pooling",
     defaults={"depth": 9, "width": 96},
-    n_blocks=lambda p, topology: 0, check=_allconv_check,
+    n_blocks=lambda p, topology: 0, positions=_pixels, check=_allconv_check,
+    example={"data": {"name": "digits-images"}, "model": {"depth": 9, "width": 2}},
 )
 def allconv(depth, width, topology, data_dims):
     """3x3 convs (w, w, w stride 2, 2w, 2w, 2w stride 2, 2w), 1x1 convs (2w, classes), ReLUs, average pool.

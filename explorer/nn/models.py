@@ -27,8 +27,13 @@ def _square_check(spec, data_dims):
         raise SpecError("model.width", f"width {p['width']} does not fit the data dimension {d_in}; set model.width={d_in}")
 
 
+SQUARE = {"name": "whitened-regression", "dim": 4, "n_train": 8, "n_val": 8}  # the square models' examples' data
+VECTORS = {"name": "spirals", "n_train": 8, "n_val": 8}  # the vector models' examples' data
+
+
 @MODELS.register("linear", "deep linear network: depth K layers of width x width, no bias (ANCRe case study)",
-                 n_blocks=lambda p, topology: p["depth"], check=_square_check)
+                 n_blocks=lambda p, topology: p["depth"], positions=lambda p, shape: 1, check=_square_check,
+                 example={"data": SQUARE, "model": {"depth": 3, "width": 4}})
 def linear(depth, width, topology, data_dims):
     blocks = [Linear(width, width, "main") for _ in range(depth)]
     return Network(nn.Identity(), Stack(blocks, build_topology(topology, depth, width, depth)), nn.Identity())
@@ -43,7 +48,8 @@ def _lowrank_check(spec, data_dims):
 
 @MODELS.register("lowrank", "low-rank linear residual network: depth T layers V_t = U_t W_t of rank r (DCA Figure 1)",
                  (Param("rank", "int", 3, "rank r of each layer", low=1, high=65_536),),
-                 n_blocks=lambda p, topology: p["depth"], check=_lowrank_check)
+                 n_blocks=lambda p, topology: p["depth"], positions=lambda p, shape: 1, check=_lowrank_check,
+                 example={"data": SQUARE, "model": {"depth": 3, "width": 4, "rank": 2}})
 def lowrank(depth, width, rank, topology, data_dims):
     blocks = [LowRank(width, rank) for _ in range(depth)]
     return Network(nn.Identity(), Stack(blocks, build_topology(topology, depth, width, depth)), nn.Identity())
@@ -58,7 +64,8 @@ def _mlp_resnet_check(spec, data_dims):
 @MODELS.register(
     "mlp-resnet",
     "the tau paper's ResNet: h0 = relu(Ax), L-1 layers h = relu(h + tau W h), relu(W_L h), output B h",
-    n_blocks=lambda p, topology: p["depth"] - 1, check=_mlp_resnet_check,
+    n_blocks=lambda p, topology: p["depth"] - 1, positions=lambda p, shape: 1, check=_mlp_resnet_check,
+    example={"data": VECTORS, "model": {"depth": 3, "width": 4}},
 )
 def mlp_resnet(depth, width, topology, data_dims):
     """Section 2 of the tau paper; the topology acts on the L-1 residual layers with a ReLU main stem.
@@ -82,7 +89,9 @@ def mlp_resnet(depth, width, topology, data_dims):
               choices=("none", "layernorm", "batchnorm")),
         Param("bias", "bool", True, "use biases in the block and embedding layers"),
     ),
-    n_blocks=lambda p, topology: p["depth"], check=lambda spec, data_dims: check_batch_norm(spec),
+    n_blocks=lambda p, topology: p["depth"], positions=lambda p, shape: 1,
+    check=lambda spec, data_dims: check_batch_norm(spec),
+    example={"data": VECTORS, "model": {"depth": 3, "width": 4, "norm": "layernorm"}},
 )
 def mlp(depth, width, hidden_ratio, norm, bias, topology, data_dims):
     hidden = max(1, round(width * hidden_ratio))

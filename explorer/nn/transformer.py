@@ -256,7 +256,9 @@ def _gpt_check(spec, data_dims):
     TRANSFORMER_PARAMS + (Param("positions", "choice", "learned", "position encoding: learned vectors or rotary (RoPE)",
                                 choices=("learned", "rotary")),),
     defaults={"depth": 4, "width": 64},
-    n_blocks=_n_blocks, check=_gpt_check, transformer=True,
+    n_blocks=_n_blocks, positions=lambda p, shape: shape[0], check=_gpt_check, transformer=True,
+    example={"data": {"name": "text", "context": 6, "max_chars": 2000, "n_val": 8},
+             "model": {"depth": 2, "width": 8, "heads": 2, "mlp_ratio": 2}},
 )
 def gpt(depth, width, heads, mlp_ratio, norm, placement, level, positions, topology, data_dims):
     p = dict(width=width, heads=heads, mlp_ratio=mlp_ratio, norm=norm, placement=placement, level=level)
@@ -287,7 +289,9 @@ def _vit_check(spec, data_dims):
         Param("pooling", "choice", "cls", "class token or mean of the patch tokens", choices=("cls", "mean")),
     ),
     defaults={"depth": 4, "width": 64},
-    n_blocks=_n_blocks, check=_vit_check, transformer=True,
+    n_blocks=_n_blocks, positions=lambda p, shape: (shape[-1] // p["patch"]) ** 2 + 1, check=_vit_check,
+    transformer=True, example={"data": {"name": "digits-images"},
+                               "model": {"depth": 2, "width": 8, "heads": 2, "mlp_ratio": 2, "patch": 4}},
 )
 def vit(depth, width, heads, mlp_ratio, norm, placement, level, patch, pooling, topology, data_dims):
     p = dict(width=width, heads=heads, mlp_ratio=mlp_ratio, norm=norm, placement=placement, level=level)

@@ -23,12 +23,12 @@ from collections.abc import Callable, Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from explorer.cache import LRUCache, megabytes_from_env
+from explorer.cache import LRUCache, megabytes_setting
 from explorer.parallel import Workers
 from explorer.registries import Entry, Registry, SpecError
 
 PRESETS = Registry("presets")
-RUNS = LRUCache(megabytes_from_env("EXPLORER_PAPERS_CACHE_MB", 256))
+RUNS = LRUCache(megabytes_setting("EXPLORER_PAPERS_CACHE_MB"))
 
 
 def cached(key: Hashable, make: Callable[[], Any]) -> Any:

@@ -6,16 +6,20 @@ names the paper, where the statement is (`section`), the statement, the paper's 
 
 Four verdicts (plus "error", an exception in the check):
 
-* holds / does-not-hold: the measured effect points one way on every seed, by more than its noise;
+* holds / does-not-hold: the measured effect is above the claim's threshold / below it (or reversed), at a
+  stated error rate;
 * inconclusive: the effect is within the run-to-run noise, a score sits at its trivial floor (chance
   accuracy, an all-background mIoU, float noise), or the run is too short to decide;
 * not-tested: no set-up here tests the paper's statement itself (a proxy is not the claim); the reason
   says what it would need and what was seen on the nearest set-up.
 
 `decide` is the one rule used for stochastic comparisons: it takes the paired same-seed
-differences (oriented so that positive supports the claim). Full mode runs at least 3 seeds
-(`Mode.seeds`); fast mode (CI) runs one, and then answers holds / does-not-hold only when the
-difference is larger than the claim's declared fast-mode margin. `decide_all` is the rule for
+differences (oriented so that positive supports the claim) and runs a one-sided paired t-test at level
+ALPHA against the claim's minimum effect; docs/verdicts.md gives the rule, its reasoning and its error
+rate. Full mode runs at least 3 seeds (`Mode.seeds`), and a claim with a seed schedule
+(`@claim(..., seeds=(3, 5, 10))`) adds seeds while the verdict is inconclusive for noise, each look at
+its share of ALPHA (`spent_alpha`); fast mode (CI) runs one, and then answers holds / does-not-hold
+only when the difference is larger than the claim's declared fast-mode margin. `decide_all` is the rule for
 per-seed pass/fail checks (a theorem's bound on every seed). Every row carries the statement and
 its source, our set-up and how it differs, the per-seed numbers, the rule, the threshold and where
 it comes from, and the verdict:
@@ -26,6 +30,8 @@ it comes from, and the verdict:
 
 from __future__ import annotations
 
+import contextvars
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -47,23 +53,43 @@ from explorer.registries import SpecError
 VERDICTS = ("holds", "does-not-hold", "inconclusive", "not-tested", "error")
 SCALES = ("cpu", "paper")
 FULL_SEEDS = (0, 1, 2)
-SIGMAS = 2.0  # decide: |mean paired difference| must exceed SIGMAS x their standard deviation
+ALPHA = 0.05  # decide: the level of the one-sided paired t-test (the rate of a false "holds"), over all looks
+RULE = "one-sided paired t-test, alpha 0.05 spent over the seed schedule's looks, v1"  # part of every fingerprint
+# the rule in two sentences, as the Papers page, the notebooks and the docs quote it (docs/verdicts.md has the rest)
+RULE_SUMMARY = ("Full mode runs each claim's seeds (3 or more; some claims add seeds while undecided) and decides on "
+                "the paired same-seed differences with a one-sided paired t-test at level 0.05 against the claim's "
+                "minimum effect, fixed before measuring; a score at its trivial floor (chance accuracy, float noise) "
+                "is inconclusive. Fast mode runs one seed of smaller runs and decides only beyond a wide margin: a "
+                "smoke test that can disagree with full mode, whose verdict is the evidence.")
 RECORDED = Path(__file__).with_name("claims_full.json")  # the full-mode rows recorded with the package
 
 
 @dataclass(frozen=True)
 class Mode:
-    """How a claim runs: fast (CI: one seed, smaller runs) or full (>= 3 seeds), at CPU or paper scale."""
+    """How a claim runs: fast (CI: one seed, smaller runs) or full (>= 3 seeds), at CPU or paper scale.
+
+    In full mode `full_seeds` is the number of seeds of this look at the data: a claim with a seed schedule
+    (`schedule`, e.g. (3, 5, 10)) is run once per stage until it decides, and `alpha` is the share of ALPHA this
+    look spends. `only_seed`: run that one seed in full mode (`explorer claims --reproduce`)."""
 
     fast: bool = False
     scale: str = "cpu"
     device: str = "cpu"
-    full_seeds: int = len(FULL_SEEDS)  # a claim may ask for more (its noise needs them)
+    full_seeds: int = len(FULL_SEEDS)
     deterministic: bool = False  # one run decides (no seed changes it): the label says so
+    schedule: tuple[int, ...] = ()  # the claim's seed schedule; () is one stage of full_seeds
+    only_seed: int | None = None
 
     @property
     def seeds(self) -> tuple[int, ...]:
+        if self.only_seed is not None:
+            return (self.only_seed,)
         return (0,) if self.fast else tuple(range(self.full_seeds))
+
+    @property
+    def alpha(self) -> float:
+        """The level of this look's one-sided test: ALPHA spent over the schedule's looks (see `spent_alpha`)."""
+        return spent_alpha(self.schedule or (self.full_seeds,), self.full_seeds)
 
     @property
     def label(self) -> str:
@@ -72,47 +98,93 @@ class Mode:
         return f"{'fast' if self.fast else 'full'} mode, {runs}, {self.scale} scale"
 
 
+def spent_alpha(schedule: Sequence[int], seeds: int) -> float:
+    """The level of the look at `seeds` seeds of `schedule` (increasing stage sizes n_1 < ... < n_K = N): the
+    alpha-spending split ALPHA x ((n_k / N)^2 - (n_(k-1) / N)^2). The looks' levels sum to ALPHA, so by the union
+    bound a claim run until it decides holds falsely with probability at most ALPHA. A count not in the
+    schedule is a single look at ALPHA."""
+    if seeds not in schedule:
+        return ALPHA
+    k, cap = list(schedule).index(seeds), schedule[-1]
+    before = schedule[k - 1] if k else 0
+    return ALPHA * ((seeds / cap) ** 2 - (before / cap) ** 2)
+
+
 @dataclass(frozen=True)
 class Decision:
-    """A verdict, the rule that produced it (text) and why it came out that way (text, with the numbers)."""
+    """A verdict, the rule that produced it (text) and why it came out that way (text, with the numbers).
+    `noisy`: inconclusive only because the interval is too wide, so more seeds may decide it (a claim with a
+    seed schedule then runs its next stage); False at a floor, for a non-finite value and for any other verdict."""
 
     verdict: str
     rule: str
     reason: str
+    noisy: bool = False
+
+
+# The look decide() is part of: (alpha, text for the rule). Claim.run sets it for each stage of a seed schedule,
+# so the checks call decide() as they always do.
+_LOOK: contextvars.ContextVar[tuple[float, str]] = contextvars.ContextVar("look", default=(ALPHA, ""))
+
+
+@functools.cache
+def _t_quantile(p: float, df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(p, df))
+
+
+def t_interval(values: Sequence[float], alpha: float = ALPHA) -> tuple[float, float]:
+    """(lower, upper): the one-sided (1 - alpha) confidence bounds of the mean of `values` (Student's t with n - 1
+    degrees of freedom): the true mean is above `lower` with confidence 1 - alpha, and below `upper` with the same."""
+    n = len(values)
+    if n < 2:
+        raise ValueError("a t interval needs at least two values")
+    mean, half = statistics.fmean(values), _t_quantile(1 - alpha, n - 1) * statistics.stdev(values) / math.sqrt(n)
+    return mean - half, mean + half
 
 
 def decide(diffs: Sequence[float], *, fast_margin: float, min_effect: float = 0.0, floors: dict[str, bool] | None = None,
-           what: str = "difference") -> Decision:
-    """The verdict from paired same-seed differences `diffs` (positive supports the claim).
+           what: str = "difference", alpha: float | None = None) -> Decision:
+    """The verdict from paired same-seed differences `diffs` (positive supports the claim); docs/verdicts.md
+    explains the rule.
 
-    Any floor that is True (e.g. {"accuracy at chance 0.2": True}) -> inconclusive. With >= 2 seeds:
-    holds when every difference is > 0, the mean exceeds SIGMAS x their standard deviation and
-    |mean| > min_effect; does-not-hold when every difference is < 0 with the same margins;
-    otherwise inconclusive. With one seed (fast mode) the noise is unknown: holds only when the
-    difference exceeds `fast_margin`, does-not-hold only below -fast_margin, else inconclusive.
-    The reason says which test failed (the seeds' signs, the noise, the threshold), and a floor never
-    hides differences that all point against the claim: the reason says so first; an undecided reason also says
-    how many seeds point against the claim.
+    Any floor that is True (e.g. {"accuracy at chance 0.2": True}) -> inconclusive. With n >= 2 seeds: a one-sided
+    paired t-test at level `alpha` (default: this look's, ALPHA outside a seed schedule), with [lower, upper] the
+    one-sided (1 - alpha) bounds of the mean difference: holds if lower > min_effect; does-not-hold if
+    upper < min_effect (the effect points the other way, or is smaller than the claim's threshold); otherwise
+    inconclusive (noisy: more seeds may decide). With one seed (fast mode) the noise is unknown: holds only when
+    the difference exceeds `fast_margin`, does-not-hold only below -fast_margin, else inconclusive.
+    The reason gives the mean and its interval, and a floor never hides differences that all point against the
+    claim: the reason says so first; an undecided reason also says how many seeds point against the claim.
     """
     values = [float(d) for d in diffs]
     if not values:
         raise ValueError("decide needs at least one paired difference")
     hit = [name for name, on in (floors or {}).items() if on]
     n, mean = len(values), statistics.fmean(values)
+    finite = all(math.isfinite(v) for v in values)
+    threshold = f"the claim's threshold {min_effect:g}" if min_effect else "0"
     if n >= 2:
-        spread = statistics.stdev(values)
-        rule = (f"{what} per seed (positive supports the claim), {n} seeds: holds if all > 0 and mean > "
-                f"{SIGMAS:g} x paired std" + (f" and mean > {min_effect:g}" if min_effect else "")
-                + "; does-not-hold if all < 0 with the same margins; otherwise inconclusive")
-        stats = f"mean {mean:.4g}, paired std {spread:.3g}, values {', '.join(f'{v:.4g}' for v in values)}"
+        look_alpha, look = _LOOK.get()
+        alpha = look_alpha if alpha is None else alpha
+        level = f"{100 * (1 - alpha):.4g}%"
+        spread = statistics.stdev(values) if finite else math.nan
+        lower, upper = t_interval(values, alpha) if finite else (math.nan, math.nan)
+        rule = (f"{what} per seed (positive supports the claim), {n} seeds: one-sided paired t-test at level "
+                f"{alpha:.3g}{look}: holds if the {level} one-sided lower bound of the mean > {min_effect:g}; "
+                f"does-not-hold if the {level} one-sided upper bound < {min_effect:g}; otherwise inconclusive")
+        stats = (f"mean {mean:.4g}, {level} one-sided interval " + (
+            f"[{lower:.4g}, inf)" if lower > min_effect else f"(-inf, {upper:.4g}]" if upper < min_effect else
+            f"[{lower:.4g}, inf) and (-inf, {upper:.4g}]")
+            + f", paired std {spread:.3g}, values {', '.join(f'{v:.4g}' for v in values)}")
     else:
-        spread = math.nan
         rule = (f"{what} (positive supports the claim), one seed (fast mode): holds if > {fast_margin:g}, "
                 f"does-not-hold if < -{fast_margin:g}, otherwise inconclusive")
         stats = f"value {mean:.4g}"
     if floors:
         rule += "; inconclusive at a floor (" + "; ".join(floors) + ")"
-    if any(not math.isfinite(v) for v in values):
+    if not finite:
         return Decision("inconclusive", rule, f"a difference is not finite ({stats})")
     against = sum(v < 0 for v in values)
     contrary = (f"{against} of {n} seeds point against the claim" + (", and so does the mean" if mean < 0 else "")
@@ -129,22 +201,16 @@ def decide(diffs: Sequence[float], *, fast_margin: float, min_effect: float = 0.
                "inconclusive": f"within the fast-mode margin {margin:g} (one seed cannot measure the noise)"
                                + ("; it points against the claim" if mean < 0 else "")}
         return Decision(verdict, rule, f"{why[verdict]} ({stats})")
-    same_sign = all(v > 0 for v in values) or all(v < 0 for v in values)
-    clear_of_noise = abs(mean) > SIGMAS * spread
-    big_enough = abs(mean) > min_effect
-    if same_sign and clear_of_noise and big_enough:
-        if mean > 0:
-            return Decision("holds", rule, f"every seed agrees and the mean is clear of the noise ({stats})")
-        return Decision("does-not-hold", rule, f"every seed points the other way, clear of the noise ({stats})")
-    direction = "for" if mean > 0 else "against"
-    if not same_sign:
-        why = f"the seeds disagree in sign ({contrary})" if contrary else "the seeds disagree in sign"
-    elif not clear_of_noise:
-        why = f"every seed points {direction} the claim, but the mean is within {SIGMAS:g} x the paired std (noise)"
-    else:
-        why = (f"every seed points {direction} the claim, clear of the noise, but |mean| is under the claim's "
-               f"threshold {min_effect:g}")
-    return Decision("inconclusive", rule, f"{why} ({stats})")
+    if lower > min_effect:
+        return Decision("holds", rule, f"the {level} one-sided interval of the mean lies above {threshold}"
+                                       + (f"; {contrary}" if contrary else "") + f" ({stats})")
+    if upper < min_effect:
+        why = ("the effect points the other way: the {level} one-sided interval of the mean lies below 0" if upper < 0
+               else "the effect is smaller than the claim's threshold: the {level} one-sided interval of the mean "
+                    "lies below {min_effect:g}").format(level=level, min_effect=min_effect)
+        return Decision("does-not-hold", rule, f"{why} ({stats})")
+    why = f"within the noise at {n} seeds: the {level} one-sided bounds of the mean lie on either side of {threshold}"
+    return Decision("inconclusive", rule, why + (f"; {contrary}" if contrary else "") + f" ({stats})", noisy=True)
 
 
 def decide_all(passed: Sequence[bool], test: str, floors: dict[str, bool] | None = None) -> Decision:
@@ -166,13 +232,15 @@ def decide_all(passed: Sequence[bool], test: str, floors: dict[str, bool] | None
 
 
 def combine(parts: dict[str, Decision]) -> Decision:
-    """A claim made of several parts: holds if all hold, does-not-hold if any does not, else inconclusive."""
+    """A claim made of several parts: holds if all hold, does-not-hold if any does not, else inconclusive (noisy
+    when every part that does not hold is noisy: more seeds may decide it)."""
     verdicts = [d.verdict for d in parts.values()]
     verdict = "holds" if all(v == "holds" for v in verdicts) else \
         "does-not-hold" if "does-not-hold" in verdicts else "inconclusive"
     rule = " AND ".join(f"[{name}] {d.rule}" for name, d in parts.items())
     reason = "; ".join(f"[{name}] {d.verdict}: {d.reason}" for name, d in parts.items())
-    return Decision(verdict, rule, reason)
+    noisy = verdict == "inconclusive" and all(d.noisy for d in parts.values() if d.verdict != "holds")
+    return Decision(verdict, rule, reason, noisy)
 
 
 @dataclass(frozen=True)
@@ -202,19 +270,34 @@ class Claim:
     paper_scale: str
     check: Callable[..., Verdict] = field(repr=False)
     paper_spec: bool = False  # whether --scale paper runs something other than "no paper-scale spec"
-    full_seeds: int = len(FULL_SEEDS)  # seeds in full mode
+    seeds: tuple[int, ...] = (len(FULL_SEEDS),)  # full mode's seed schedule: the seeds of each look, increasing
     deterministic: bool = False  # one run decides whatever the seed (the mode's label says so)
+
+    @property
+    def full_seeds(self) -> int:
+        """The most seeds full mode runs (the schedule's cap)."""
+        return self.seeds[-1]
 
     @functools.cached_property  # the source is read once per claim (the Papers page asks on every rerun)
     def fingerprint(self) -> str:
-        """A hash of the check's source: a recorded result whose fingerprint differs was made by other code."""
-        return hashlib.sha256(inspect.getsource(self.check).encode()).hexdigest()[:16]
+        """A hash of the decision rule (RULE) and the check's source with its `@claim(...)`: a recorded result whose
+        fingerprint differs was made by other code or under another rule."""
+        return hashlib.sha256((RULE + "\n" + inspect.getsource(self.check)).encode()).hexdigest()[:16]
 
-    def run(self, fast: bool = False, scale: str = "cpu", device: str = "cpu", **controls) -> dict[str, Any]:
-        """The claim's row (see ROW_KEYS); `controls` go to the check (the tests' negative controls)."""
+    def run(self, fast: bool = False, scale: str = "cpu", device: str = "cpu", only_seed: int | None = None,
+            **controls) -> dict[str, Any]:
+        """The claim's row (see ROW_KEYS); `controls` go to the check (the tests' negative controls).
+
+        Full mode runs the seed schedule's first stage and, while the verdict is inconclusive only for noise
+        (`Decision.noisy`), the next stage, each look at its share of ALPHA (`spent_alpha`); the seeds of an
+        earlier stage are not retrained where the check's runs are cached (`explorer.papers.base.train_all`).
+        The row's mode says how many seeds ran and why it stopped. `only_seed`: that one seed in full mode (the
+        per-seed numbers of a recorded row, rerun; its verdict is the one-seed rule's)."""
         if scale not in SCALES:
             raise SpecError("--scale", f"unknown scale {scale!r}; use one of {', '.join(SCALES)}")
-        mode = Mode(fast=fast, scale=scale, device=device, full_seeds=self.full_seeds, deterministic=self.deterministic)
+        staged = not fast and not self.deterministic and only_seed is None and len(self.seeds) > 1
+        mode = Mode(fast=fast, scale=scale, device=device, full_seeds=self.seeds[0], deterministic=self.deterministic,
+                    schedule=self.seeds, only_seed=only_seed)
         start = time.perf_counter()
         row = {"paper": self.paper, "id": self.id, "section": self.section, "statement": self.statement,
                "source": self.source, "paper_scale": self.paper_scale, "mode": mode.label,
@@ -225,12 +308,31 @@ class Claim:
                         "summary": "", "seconds": 0.0})
             return row
         try:
-            result = self.check(mode, **controls)
+            for n in self.seeds if staged else (mode.full_seeds,):
+                mode = dataclasses.replace(mode, full_seeds=n)
+                look = (f" (look {self.seeds.index(n) + 1} of {len(self.seeds)} after {', '.join(map(str, self.seeds))}"
+                        f" seeds; {ALPHA:g} in all)") if staged else ""
+                token = _LOOK.set((mode.alpha, look))
+                try:
+                    result = self.check(mode, **controls)
+                finally:
+                    _LOOK.reset(token)
+                if not result.decision.noisy:
+                    break
             row.update({"verdict": result.decision.verdict, "reason": result.decision.reason,
                         "rule": result.decision.rule, "threshold": result.threshold, "setup": result.setup,
                         "per_seed": _jsonable(result.per_seed), "measured": _jsonable(result.measured),
                         "note": result.note})
             row["summary"] = result.summary or summary_of(row["per_seed"])
+            if staged:
+                n = mode.full_seeds
+                stop = (f"cap of {n} seeds reached" if result.decision.noisy else
+                        f"decided at {n} seeds" if result.decision.verdict in ("holds", "does-not-hold") else
+                        f"stopped at {n} seeds: undecided for a reason more seeds do not change")
+                row["mode"] = mode.label.replace(" seeds,", f" seeds ({stop}; schedule "
+                                                             f"{', '.join(map(str, self.seeds))}),", 1)
+            else:
+                row["mode"] = mode.label
         except Exception as error:  # noqa: BLE001  (a claim that errors is reported, the table goes on)
             row.update({"verdict": "error", "reason": f"{type(error).__name__}: {error}", "rule": "", "threshold": "",
                         "setup": "", "per_seed": {}, "measured": {}, "summary": "",
@@ -245,24 +347,33 @@ CLAIMS: dict[str, Claim] = {}
 
 
 def claim(paper: str, id: str, section: str, statement: str, source: str, paper_scale: str, paper_spec: bool = False,
-          full_seeds: int = len(FULL_SEEDS), deterministic: bool = False):
+          full_seeds: int | None = None, deterministic: bool = False, seeds: Sequence[int] | None = None):
     """Register `check(mode, **controls) -> Verdict` as a claim of `paper` (in PAPERS: its module registers its
     `Paper` above its claims), under a unique `id`.
 
     `source`: the paper's words, quoted, with their location; `paper_scale`: what running the claim at the
     paper's size means here (`--scale paper`), with the hardware and time it needs, or why it is the same;
     `paper_spec`: True when `--scale paper` runs it (at the paper's size, or because the CPU check already is);
-    otherwise `--scale paper` answers inconclusive with `paper_scale` as the reason; `full_seeds`: the seeds full
-    mode runs (more where the noise needs them); `deterministic`: one run decides, whatever the seed."""
+    otherwise `--scale paper` answers inconclusive with `paper_scale` as the reason; `seeds`: full mode's seed
+    schedule, e.g. (3, 5, 10): look after 3 seeds, add seeds up to 5 while the verdict is inconclusive for noise,
+    then up to 10 (the cap); `full_seeds=N` is the one-stage schedule (N,) (default 3); `deterministic`: one run
+    decides, whatever the seed."""
     if paper not in PAPERS:
         raise ValueError(f"paper {paper!r} is not registered: register its Paper (register_paper) above its claims; "
                          f"registered: {', '.join(PAPERS)}")
+    if seeds is not None and full_seeds is not None:
+        raise ValueError(f"claim {paper}/{id}: give seeds=(...) or full_seeds=N, not both")
+    schedule = tuple(seeds) if seeds is not None else (full_seeds or len(FULL_SEEDS),)
+    if not schedule or schedule[0] < 2 or any(b <= a for a, b in zip(schedule, schedule[1:])) \
+            or not all(isinstance(n, int) for n in schedule):
+        raise ValueError(f"claim {paper}/{id}: seeds={schedule} must be increasing whole numbers of seeds, the first "
+                         "at least 2 (a t-test needs two paired differences), e.g. seeds=(3, 5, 10)")
 
     def register(check: Callable[..., Verdict]) -> Callable[..., Verdict]:
         key = f"{paper}/{id}"
         if key in CLAIMS:
             raise ValueError(f"claim {key} is registered twice")
-        CLAIMS[key] = Claim(paper, id, section, statement, source, paper_scale, check, paper_spec, full_seeds,
+        CLAIMS[key] = Claim(paper, id, section, statement, source, paper_scale, check, paper_spec, schedule,
                             deterministic)
         return check
 
@@ -338,7 +449,7 @@ class Progress:
     total_left: float | None
 
     def text(self) -> str:
-        """One line: "claim 3 of 21 (tau/fig1-trainability): run 4 of 18, ~1 min 20 s left (all: ~14 min left)"."""
+        """One line: "claim 3 of 21 (tau/fig1-threshold): run 4 of 18, ~1 min 20 s left (all: ~14 min left)"."""
         return f"claim {self.index + 1} of {self.total} ({self.key}){self.where()}"
 
     def where(self) -> str:
@@ -422,8 +533,9 @@ def recorded(paper: str | None = None) -> dict[str, Any]:
 
 def record(rows: list[dict], started: float, workers: int, backend: str, batched: bool, path: Path | None = None) -> Path:
     """Write full-mode `rows` into the recorded results (`path`, default RECORDED), replacing the rows of the same
-    claims and keeping the others; "about" says when, on which commit and machine, how (workers, backend) and how long
-    the run took. Rows of fast mode or of the paper scale are refused: the file holds full-mode CPU-scale evidence."""
+    claims and keeping the others; each new row gets "environment", what it ran on (see `environment`), and "about"
+    says when, on which commit and machine, how (workers, backend) and how long the run took. Rows of fast mode or
+    of the paper scale are refused: the file holds full-mode CPU-scale evidence."""
     import platform
     import subprocess
 
@@ -435,7 +547,8 @@ def record(rows: list[dict], started: float, workers: int, backend: str, batched
                                         "rows are recorded")
     path = path or RECORDED
     stored = json.loads(path.read_text()) if path.exists() else {"about": {}, "rows": []}
-    new = {f"{r['paper']}/{r['id']}": r for r in rows}
+    ran_on = environment(run_threads=torch.get_num_threads() if workers == 1 and backend == "local" else 1)
+    new = {f"{r['paper']}/{r['id']}": {**r, "environment": ran_on} for r in rows}
     kept = {f"{r['paper']}/{r['id']}": r for r in stored["rows"] if f"{r['paper']}/{r['id']}" not in new}
     order = [f"{c.paper}/{c.id}" for c in claims()]
     merged = [{k: v for k, v in (new.get(key) or kept[key]).items() if k != "stale"}
@@ -460,6 +573,84 @@ def record(rows: list[dict], started: float, workers: int, backend: str, batched
     path.write_text(json.dumps({"about": about, "rows": merged}, indent=1) + "\n")
     _stored_results.cache_clear()
     return path
+
+
+def environment(run_threads: int | None = None) -> dict[str, Any]:
+    """What a row ran on, as far as it changes float results: the CPU model and a short hash of its flags (its
+    instruction sets pick the kernels), the torch version and build, this process's torch threads, the threads
+    each run trained with (`run_threads`, default the same) and OMP_NUM_THREADS."""
+    import platform
+
+    import torch
+
+    model, flags = "", ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            name, _, value = line.partition(":")
+            if name.strip() == "model name" and not model:
+                model = value.strip()
+            elif name.strip() == "flags" and not flags:
+                flags = value.strip()
+    except OSError:  # no /proc (not Linux): the platform's words
+        pass
+    git = (torch.version.git_version or "unknown")[:12]
+    return {"cpu": model or platform.processor() or platform.machine(),
+            "cpu_flags": (hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:12] if flags
+                          else "unknown"),
+            "torch": torch.__version__,
+            "torch_build": f"git {git}, " + (f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU only"),
+            "torch_threads": torch.get_num_threads(), "run_threads": run_threads or torch.get_num_threads(),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "")}
+
+
+def reproduce(key: str, seed: int = 0) -> dict[str, Any]:
+    """Rerun one seed of a recorded claim ("paper/id") in full mode, with the threads its runs trained with:
+    {"key", "seed", "recorded": the row's environment (None when it has none), "now": this machine's,
+    "series": [(name, recorded value, rerun value, difference), ...] for every per-seed series of the row, "seconds"}.
+    The difference is rerun - recorded (per element for lists; None where the values are not numbers and differ).
+    A key or seed that was not recorded is a SpecError naming --reproduce or --seed."""
+    import torch
+
+    rows = {f"{r['paper']}/{r['id']}": r for r in recorded()["rows"]}
+    row = rows.get(key)
+    if row is None:
+        raise SpecError("--reproduce", f"no recorded claim {key!r}; give paper/id, one of: {', '.join(rows)}")
+    series = {name: values for name, values in row["per_seed"].items() if isinstance(values, list)}
+    if not series:
+        raise SpecError("--reproduce", f"{key} records no per-seed numbers ({row['verdict']}): there is nothing to "
+                                       "rerun; pick a claim whose row has per-seed numbers")
+    seeds = max(len(values) for values in series.values())
+    if not isinstance(seed, int) or not 0 <= seed < seeds:
+        raise SpecError("--seed", f"{key} recorded seeds 0 to {seeds - 1}; give --seed N with N in that range")
+    was = row.get("environment")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int((was or {}).get("run_threads") or threads))
+    try:
+        now_env = environment()
+        rerun = CLAIMS[key].run(fast=False, only_seed=seed)
+    finally:
+        torch.set_num_threads(threads)
+    if rerun["verdict"] == "error":
+        raise RuntimeError(f"{key} seed {seed} failed on rerun: {rerun['reason']}")
+    out = []
+    for name, values in series.items():
+        before = values[seed] if seed < len(values) else None
+        after = rerun["per_seed"].get(name, [None])[0] if name in rerun["per_seed"] else "(no such series now)"
+        out.append((name, before, after, _difference(before, after)))
+    return {"key": key, "seed": seed, "recorded": was, "now": now_env, "series": out, "seconds": rerun["seconds"]}
+
+
+def _difference(before: Any, after: Any) -> Any:
+    """after - before for numbers (0 for equal values of any kind), per element for lists, else None."""
+    if before == after:
+        return 0 if not isinstance(before, list) else [_difference(b, a) for b, a in zip(before, after)]
+    number = (int, float)
+    if isinstance(before, number) and isinstance(after, number) and not isinstance(before, bool) \
+            and not isinstance(after, bool):
+        return after - before
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        return [_difference(b, a) for b, a in zip(before, after)]
+    return None
 
 
 @functools.cache
@@ -528,7 +719,7 @@ def _width_figure(row: dict):
 
 
 def _trainability_figure(row: dict):
-    """tau/fig1-trainability: validation accuracy against depth for each tau rule, a panel per learning rate, a
+    """tau/fig1-threshold and fig1-depth30-explodes: validation accuracy against depth for each tau rule, a panel per learning rate, a
     marker per seed and a line through the seeds' mean; a run that exploded has no accuracy: the panel says at which
     depth and on how many seeds, in the rule's colour."""
     import plotly.graph_objects as go
@@ -581,7 +772,8 @@ def _trainability_figure(row: dict):
 #: claims with a figure of their own (the per-seed strip plot draws the others): (paper, id) -> draw(row)
 FIGURES: dict[tuple[str, str], Callable[[dict], Any]] = {
     ("tau", "init-norm-sharp-threshold"): _tau_norm_figure,
-    ("tau", "fig1-trainability"): _trainability_figure,
+    ("tau", "fig1-depth30-explodes"): _trainability_figure,
+    ("tau", "fig1-threshold"): _trainability_figure,
     ("dca", "table2-width-trend"): _width_figure,
 }
 

@@ -11,7 +11,7 @@ Presets (idinit-<figure/table>-<variant>) and five claims:
 * chi-at-init (App. Fig. 18): chi of the input-output Jacobian is about 1 with IDInit and far above 1
   with the default initialisation;
 * steps-to-accuracy (Table 1, "epochs to 80%"): IDInit reaches a given validation accuracy in fewer
-  steps than Kaiming on a small ResNet (here ResNet-8 on 16x16 shapes, target 0.55, and the accuracy
+  steps than Kaiming on a small ResNet (here ResNet-8 on 16x16 shapes: the area under the accuracy curve, the
   reached within the budget).
 
 The claims that train ask for all their runs at once (train_all, or run_jobs for a run with a
@@ -329,7 +329,7 @@ def dead_run(eps: float, steps: int, seed: int, depth: int = 20) -> float:
        "not trained, which is known as the dead neuron. By contrast, IDIZ_1e-6 successfully\" trains them; Sec. 4: "
        "ZerO \"can be damaged by zero down-sampling\"",
        "--scale paper: ResNet-56 on CIFAR-10 for some epochs needs a GPU (~10 min on one A100) and the CIFAR files "
-       "in EXPLORER_DATA_DIR; not provided as a spec here")
+       "in EXPLORER_DATA_DIR; not provided as a spec here", seeds=(3, 5, 10))
 def _idiz_dead(mode, eps_dead: float = 0.0, eps_alive: float = 1e-6) -> Verdict:
     depth, steps = (8, 30) if mode.fast else (20, 150)
     jobs = [(eps, steps, seed, depth) for eps in (eps_dead, eps_alive) for seed in mode.seeds]
@@ -352,7 +352,7 @@ def _idiz_dead(mode, eps_dead: float = 0.0, eps_alive: float = 1e-6) -> Verdict:
        "App. Fig. 18: \"Histograms of log singular values (log(lambda_io)) for the input-output Jacobian ... "
        "Compared with Default initialization, IDInit has a significant\" concentration near 0 (dynamical isometry, "
        "Sec. 2: singular values close to 1)",
-       "the same as the CPU scale in kind (the paper's Figure 18 is a 112-layer conv ResNet); seconds on any CPU")
+       "the same as the CPU scale in kind (the paper's Figure 18 is a 112-layer conv ResNet); seconds on any CPU", seeds=(3, 5, 10))
 def _chi(mode, arms=("kaiming", "idinit")) -> Verdict:
     depth = 16
     chi = {a: [chi_at_init(seeded(preset("idinit-fig18-idinit").with_values(
@@ -368,12 +368,23 @@ def _chi(mode, arms=("kaiming", "idinit")) -> Verdict:
                    "Kaiming (fan_in, normal) as the paper's 'Default' (PyTorch's default uniform init is milder)")
 
 
-ACCURACY_TARGET = 0.55  # ours: on 16x16 shapes both inits cross it mid-training (~300-400 of 1000 steps), not at the start
+# Table 1's target, carried over: the paper's 80% lies 84% of the way from chance (10%) to the accuracy both inits end
+# at (93.4%, Table 1). Here the inits need not end level, so the target of a seed is that share of the way from chance
+# to the lower of its two final accuracies (both arms reach it within the budget), fixed before any run.
+PAPER_TARGET_SHARE = (0.80 - 0.10) / (0.934 - 0.10)
 _SHAPES_CHANCE = 0.2     # 5 balanced classes
 # fast mode, a smoke test of the check: a narrower ResNet-8 on 1000 images for 150 steps of 64 (~20 s for both arms);
 # at that size the arms barely leave chance, so it decides nothing
 ACCURACY_FAST = {"model.width": 8, "data.n_train": 1000, "data.n_val": 256, "train.steps": 150,
                  "train.batch_size": 64}
+
+
+def accuracy_curve_area(run) -> float | None:
+    """The mean validation accuracy over the logged steps of `run` (the area under its accuracy curve over the
+    budget): the average, over every target accuracy, of the share of the run spent at or above it, so a
+    measure of speed that needs no target. None if no step logged an accuracy."""
+    values = [row["val_accuracy"] for row in run.history if row.get("val_accuracy") is not None]
+    return sum(values) / len(values) if values else None
 
 
 def accuracy_spec(init: str, seed: int, fast: bool, overrides=None):
@@ -390,7 +401,7 @@ def accuracy_spec(init: str, seed: int, fast: bool, overrides=None):
        "accuracy IDInit 93.41 / 94.04 vs Kaiming 93.36 / 94.06; \"IDInit consistently facilitates rapid convergence\"",
        "--scale paper: ResNet-56 on CIFAR-10 for 200 epochs, 3 seeds per init, needs one GPU for ~3 hours and the "
        "CIFAR files in EXPLORER_DATA_DIR; not provided as a spec here", full_seeds=5)
-def _steps_to_accuracy(mode, arms=("kaiming", "idinit"), target: float = ACCURACY_TARGET, faster_overrides=None
+def _steps_to_accuracy(mode, arms=("kaiming", "idinit"), share: float = PAPER_TARGET_SHARE, faster_overrides=None
                        ) -> Verdict:
     seeds = mode.seeds
     keys = [(a, s) for a in dict.fromkeys(arms) for s in seeds]
@@ -398,54 +409,55 @@ def _steps_to_accuracy(mode, arms=("kaiming", "idinit"), target: float = ACCURAC
              for a, s in keys]
     runs = dict(zip(keys, train_all(specs)))  # every seed and arm at once
     steps = specs[0].train.steps
-    found = {a: [steps_to(runs[(a, s)], target) for s in seeds] for a in dict.fromkeys(arms)}
-    final = {a: [runs[(a, s)].history[-1].get("val_accuracy") for s in seeds] for a in dict.fromkeys(arms)}
     slow, fast_arm = arms
+    final = {a: [runs[(a, s)].history[-1].get("val_accuracy") for s in seeds] for a in dict.fromkeys(arms)}
+    area = {a: [accuracy_curve_area(runs[(a, s)]) for s in seeds] for a in dict.fromkeys(arms)}
+    # the paper's target carried over, per seed (PAPER_TARGET_SHARE): from the final accuracies, by a rule fixed in advance
+    targets = [None if a is None or b is None else _SHAPES_CHANCE + share * (min(a, b) - _SHAPES_CHANCE)
+               for a, b in zip(final[slow], final[fast_arm])]
+    found = {a: [None if t is None else steps_to(runs[(a, s)], t) for s, t in zip(seeds, targets)]
+             for a in dict.fromkeys(arms)}
     floor = _SHAPES_CHANCE + 0.05
     at_chance = {f"an arm at chance (final val accuracy <= {_SHAPES_CHANCE} + 0.05)":
                  any(v is None or v <= floor for a in (slow, fast_arm) for v in final[a])}
-    never = any(a is None and b is None for a, b in zip(found[slow], found[fast_arm]))
     parts = {
-        f"steps to {target:g}": decide(
+        "area under the accuracy curve": decide(
+            [(b or 0.0) - (a or 0.0) for a, b in zip(area[slow], area[fast_arm])], fast_margin=0.05,
+            what=f"mean val accuracy over the run {fast_arm} - {slow}", floors=at_chance),
+        "steps to the paper's target": decide(
             [math.log2((a or steps) / (b or steps)) for a, b in zip(found[slow], found[fast_arm])], fast_margin=1.0,
-            what=f"log2(steps to {target:g} {slow} / {fast_arm}), never = the budget {steps}",
-            floors={**at_chance, f"neither init reaches {target:g} on a seed (run too short)": never}),
+            what=f"log2(steps to the target {slow} / {fast_arm})", floors=at_chance),
         "accuracy within the budget": decide(
             [(b or 0.0) - (a or 0.0) for a, b in zip(final[slow], final[fast_arm])], fast_margin=0.05,
             what=f"final val accuracy {fast_arm} - {slow} after {steps} steps", floors=at_chance),
     }
-    per_seed = {f"steps to {target:g}, {a}": v for a, v in found.items()}
+    per_seed = {f"mean val accuracy over the run, {a}": v for a, v in area.items()}
+    per_seed["target (share of the way from chance to the lower final accuracy)"] = targets
+    per_seed.update({f"steps to the target, {a}": v for a, v in found.items()})
     per_seed.update({f"final val accuracy, {a}": v for a, v in final.items()})
 
     def mean(values):
         numbers = [v for v in values if v is not None]
         return sum(numbers) / len(numbers) if numbers else math.nan
 
-    def reached(values):
-        return f"{sum(v is not None for v in values)} of {len(values)}"
-
-    def when(values):
-        return "never" if all(v is None for v in values) else f"{mean(values):.0f}"
-
-    summary = (f"steps to {target:g}: {slow} {when(found[slow])} ({reached(found[slow])} seeds reach it) / {fast_arm} "
-               f"{when(found[fast_arm])} ({reached(found[fast_arm])}); final val accuracy {slow} "
-               f"{mean(final[slow]):.3f} / {fast_arm} {mean(final[fast_arm]):.3f} "
-               f"({'one seed, fast-mode smoke test' if mode.fast else f'means of {len(seeds)} seeds'}; chance "
-               f"{_SHAPES_CHANCE})")
+    summary = (f"mean val accuracy over the run {slow} {mean(area[slow]):.3f} / {fast_arm} {mean(area[fast_arm]):.3f}; "
+               f"steps to the target (mean {mean(targets):.2f}) {slow} {mean(found[slow]):.0f} / {fast_arm} "
+               f"{mean(found[fast_arm]):.0f}; final val accuracy {slow} {mean(final[slow]):.3f} / {fast_arm} "
+               f"{mean(final[fast_arm]):.3f} ({'one seed, fast-mode smoke test' if mode.fast else f'means of {len(seeds)} seeds'}"
+               f"; chance {_SHAPES_CHANCE})")
     size = ("fast mode, a smoke test: width 8, 1000 training / 256 validation images, 150 steps of 64" if mode.fast
             else "width 16, 5000 training / 500 validation images, 1000 steps of 128 (about 26 epochs)")
     return Verdict(combine(parts), per_seed,
-                   f"validation accuracy {target:g} (ours: the paper's 80% on CIFAR-10 is met mid-training; here the "
-                   f"inits end near 0.55-0.65, so {target:g} is crossed mid-run, not in the first epochs); the paper "
-                   "gives a factor 34/26 = 1.3 in epochs, so the rule takes the sign and the noise, no minimum; never = "
-                   "the budget (which understates a gap); fast-mode margins a factor 2 and 0.05 accuracy; chance "
-                   f"{_SHAPES_CHANCE} + 0.05 is the floor",
+                   "no target read off the curves: (1) the mean validation accuracy over the run, the area under the "
+                   "accuracy curve (target-free); (2) the paper's target carried over: Table 1's 80% is "
+                   f"{share:.2f} of the way from chance (10%) to the final accuracy both inits reach (93.4%), so each "
+                   f"seed's target is {share:.2f} of the way from chance {_SHAPES_CHANCE} to the lower of its two final "
+                   "accuracies (both arms reach it); (3) the final accuracy. The paper gives a factor 34/26 = 1.3 in "
+                   "epochs on another task, so each part takes the sign and the noise, no minimum; fast-mode margins "
+                   f"0.05 accuracy and a factor 2 in steps (ours); chance {_SHAPES_CHANCE} + 0.05 is the floor",
                    f"ResNet-8 (BN, {size}) on the generated 16x16 shapes (5 classes), presets idinit-table1-{slow} and "
                    f"idinit-table1-{fast_arm}, SGD lr 0.05 momentum 0.9 cosine, accuracy read every 10 steps on the "
-                   f"validation set, seeds {list(seeds)}; all runs train together (train_all). Two regimes: the steps "
-                   "to the target (the paper's 'epochs to 80%') and the accuracy reached within the budget (at 1000 "
-                   "steps these runs are still far from converged, unlike the paper's 200 epochs, where the two inits "
-                   "end level). The paper: ResNet-56/110 on CIFAR-10, 200 epochs, 80%",
-                   summary=summary,
-                   note="An earlier set-up (8x8 digits, target 0.95) was crossed at step 20-60 (2-5 epochs): it "
-                        "measured IDInit's slower start (2-3x more steps), not the mid-training speed Table 1 reports.")
+                   f"validation set, seeds {list(seeds)}; all runs train together (train_all). At 1000 steps these runs "
+                   "are still far from converged, unlike the paper's 200 epochs, where the two inits end level. The "
+                   "paper: ResNet-56/110 on CIFAR-10, 200 epochs, 80%",
+                   summary=summary)

@@ -21,7 +21,7 @@ PRESETS = {
     "tau-fig1-1/L": ("Figure 1: ResNet with tau = 1/L", _mlp_resnet({"name": "tau", "value": "1/L"})),
     "tau-fig1-1/sqrt(L)": ("Figure 1: ResNet with tau = 1/sqrt(L), the sharp threshold",
                            _mlp_resnet({"name": "tau", "value": "1/sqrt(L)"})),
-    "tau-fig1-1/L^0.25": ("Figure 1: ResNet with tau = 1/L^0.25 (explodes from depth about 30)",
+    "tau-fig1-1/L^0.25": ("Figure 1: ResNet with tau = 1/L^0.25 (the paper: explodes from depth 30)",
                           _mlp_resnet({"name": "tau", "value": "1/L^0.25"})),
 }
 
@@ -320,14 +320,61 @@ def _explosion_depth(flags: list[bool], depths: list[int]) -> int | None:
     return first
 
 
-@claim("tau", "fig1-trainability", "Sec. 5.1, Figure 1",
-       "Training the MLP-ResNet with SGD, tau = L^-0.25 explodes from some depth on (the paper: from depth 30), "
-       "while tau = 1/L and tau = 1/sqrt(L) train at every depth: a sharp threshold at tau = 1/sqrt(L).",
-       "Sec. 5.1: \"both tau = 1/L and tau = 1/L^0.5 are able to train very deep ResNets successfully. However, when "
-       "tau = 1/L^0.25, the training loss explodes for models with depth 30 and more.\" (MNIST, width 128, SGD, "
-       "batch 256, lr 0.001, depths 3..1000)",
-       "--scale paper: depths 3..1000 on MNIST (EXPLORER_DATA_DIR) for a few epochs each needs one GPU for ~1 hour; "
-       "not provided as a spec here")
+_PAPER_FIG1_SOURCE = ("Sec. 5.1: \"both tau = 1/L and tau = 1/L^0.5 are able to train very deep ResNets successfully. "
+                      "However, when tau = 1/L^0.25, the training loss explodes for models with depth 30 and more.\" "
+                      "(MNIST, width 128, SGD, batch 256, lr 0.001, depths 3..1000)")
+_FIG1_PAPER_SCALE = ("--scale paper: depths 3..1000 on MNIST (EXPLORER_DATA_DIR) for a few epochs each needs one GPU for "
+                     "~1 hour; not provided as a spec here")
+_FIG1_CRITERIA = (f"trains: val accuracy >= {_TRAINS_ACC} (ours: 3x chance; not a knife edge for 1/L, which learns "
+                  "slowest by design) and final training loss < ln 10; explodes: diverged, non-finite or final "
+                  f"training loss >= ln 10 = {_CHANCE_LOSS:.2f} (the chance cross-entropy of 10 classes, an absolute "
+                  "criterion). The paper gives no numeric threshold")
+
+
+def _fig1_per_seed(found: dict, rules, depths, steps: int, lr: float, seeds) -> dict:
+    """The per-seed [val acc, final loss] of every rule and depth at `lr`, keyed as the trainability figure reads them."""
+    return {f"lr {lr:g}, {rule} @ L={L}: val acc / final loss": [
+        [found[rule, L, steps, s, lr]["final_val_accuracy"], found[rule, L, steps, s, lr]["final_loss"]] for s in seeds]
+        for L in depths for rule in rules}
+
+
+@claim("tau", "fig1-depth30-explodes", "Sec. 5.1, Figure 1",
+       "Training the MLP-ResNet with SGD at lr 0.001, tau = L^-0.25 explodes for depth 30 and more.",
+       _PAPER_FIG1_SOURCE, _FIG1_PAPER_SCALE, full_seeds=5)
+def _fig1_depth30(mode, exploding: str = "1/L^0.25", lr: float = FIG1_LR, depths=None, steps: int | None = None
+                  ) -> Verdict:
+    # the paper's own statement, as worded: its rate, its depth 30, and every deeper tested depth
+    depths = list(depths or ([30] if mode.fast else [30, 100]))
+    steps = steps or (100 if mode.fast else 200)
+    configs = [(exploding, L, steps, s, lr) for s in mode.seeds for L in depths]
+    found = {c: r.summary() for c, r in zip(configs, fig1_runs(configs))}  # every run at once (parallel jobs)
+    exploded = {s: [_explodes(found[exploding, L, steps, s, lr]) for L in depths] for s in mode.seeds}
+    decision = decide_all([all(exploded[s]) for s in mode.seeds],
+                          f"{exploding} explodes at lr {lr:g} at every tested depth {depths} (depth 30 and more)")
+    outcomes = {s: ", ".join(f"{_outcome(found[exploding, L, steps, s, lr])} at depth {L}" for L in depths)
+                for s in mode.seeds}
+    trained = [s for s in mode.seeds if not all(exploded[s])]
+    if trained:
+        decision = Decision(decision.verdict, decision.rule, decision.reason + "; " + "; ".join(
+            f"seed {s}: {outcomes[s]}" for s in trained))
+    per_seed = _fig1_per_seed(found, (exploding,), depths, steps, lr, mode.seeds)
+    counts = ", ".join(f"depth {L}: {sum(exploded[s][i] for s in mode.seeds)} of {len(mode.seeds)}"
+                       for i, L in enumerate(depths))
+    return Verdict(decision, per_seed, _FIG1_CRITERIA,
+                   f"width 128, SGD, batch 256, sklearn digits (1797 8x8 images) instead of MNIST, lr {lr:g}, {steps} "
+                   f"steps, depths {depths}, seeds {list(mode.seeds)}"
+                   + (" (fast mode: depth 30 and 100 steps only)" if mode.fast else "")
+                   + ". Depths 300-1000 do not fit a CPU run; fig1-threshold tests the qualitative threshold",
+                   measured={"depths": depths, "lrs": [lr], "steps": steps},
+                   summary=f"lr {lr:g}: {exploding} explodes on {counts} seeds (the paper: explodes at depth 30 and "
+                           "more)")
+
+
+@claim("tau", "fig1-threshold", "Sec. 5.1, Figure 1",
+       "Training the MLP-ResNet with SGD, tau = L^-0.25 explodes from some depth on, while tau = 1/L and "
+       "tau = 1/sqrt(L) train at every tested depth: a threshold at tau = 1/sqrt(L) (the paper's qualitative "
+       "reading of Figure 1; its depth 30 is tested by fig1-depth30-explodes).",
+       _PAPER_FIG1_SOURCE, _FIG1_PAPER_SCALE)
 def _fig1(mode, trainable=("1/L", "1/sqrt(L)"), exploding: str = "1/L^0.25", lrs=None, depths=None,
           steps: int | None = None) -> Verdict:
     # fast mode: the presets' lr 0.01 only, where the explosion shows from depth 30 (a smoke test of the rule);
@@ -339,16 +386,13 @@ def _fig1(mode, trainable=("1/L", "1/sqrt(L)"), exploding: str = "1/L^0.25", lrs
     configs = [(rule, L, steps, s, lr) for lr in lrs for s in mode.seeds for L in depths for rule in rules]
     found = {c: r.summary() for c, r in zip(configs, fig1_runs(configs))}  # every run at once (parallel jobs)
 
-    per_seed, parts, evidence, summary = {}, {}, [], []
+    per_seed, parts, evidence, summary, reported = {}, {}, [], [], []
     for lr in lrs:
         at = {(rule, L, s): found[rule, L, steps, s, lr] for rule in rules for L in depths for s in mode.seeds}
-        for L in depths:
-            for rule in rules:
-                per_seed[f"lr {lr:g}, {rule} @ L={L}: val acc / final loss"] = [
-                    [at[rule, L, s]["final_val_accuracy"], at[rule, L, s]["final_loss"]] for s in mode.seeds]
+        per_seed.update(_fig1_per_seed(found, rules, depths, steps, lr, mode.seeds))
         onset = [_explosion_depth([_explodes(at[exploding, L, s]) for L in depths], depths) for s in mode.seeds]
         per_seed[f"lr {lr:g}, {exploding}: explodes from depth"] = onset
-        # the sharp threshold: it trains at the shallowest depth and explodes from some tested depth on
+        # the threshold: it trains at the shallowest depth and explodes from some tested depth on
         sharp = [o is not None and o > depths[0] and _trains(at[exploding, depths[0], s]) for o, s in zip(onset, mode.seeds)]
         failures = {s: [f"{rule} at depth {L} ({_outcome(at[rule, L, s])})" for L in depths for rule in trainable
                         if not _trains(at[rule, L, s])] for s in mode.seeds}
@@ -372,48 +416,37 @@ def _fig1(mode, trainable=("1/L", "1/sqrt(L)"), exploding: str = "1/L^0.25", lrs
             if failures[s]:
                 evidence.append(f"against the claim at lr {lr:g}, seed {s}: fails to train: {'; '.join(failures[s])}")
         onsets = sorted({o for o in onset}, key=lambda o: (o is None, o or 0))
-        at30 = [_explodes(at[exploding, 30, s]) for s in mode.seeds] if 30 in depths else []
         text = (f"lr {lr:g}: {exploding} " + (f"never explodes up to depth {depths[-1]}" if onsets == [None] else
                                                "explodes from depth " + " / ".join(
                                                    "never" if o is None else str(o) for o in onsets))
-                + f" ({sum(o is not None for o in onset)} of {len(onset)} seeds explode"
-                + (f"; at depth 30 it explodes on {sum(at30)} of {len(at30)} seeds, the paper: every run)" if at30
-                   else ")"))
+                + f" ({sum(o is not None for o in onset)} of {len(onset)} seeds explode)")
         accs = {(rule, L): [at[rule, L, s]["final_val_accuracy"] for s in mode.seeds] for rule in rules for L in depths}
         by_depth = {rule: " / ".join("-" if None in accs[rule, L] else f"{sum(accs[rule, L]) / len(accs[rule, L]):.2f}"
                                      for L in depths) for rule in rules}
         summary.append(text + f"; val acc at depth {' / '.join(map(str, depths))} (mean of seeds, - where a run "
                        "explodes): " + ", ".join(f"{rule} {by_depth[rule]}" for rule in rules))
-        if 30 in depths and lr == 0.001 and not any(at30) and any(o is not None for o in onset):
-            acc30 = ", ".join(f"{at[exploding, 30, s]['final_val_accuracy']:.2f}" for s in mode.seeds
-                              if at[exploding, 30, s]["final_val_accuracy"] is not None)
-            evidence.append(f"the paper's depth 30 does not transfer at lr 0.001 on digits: {exploding} does not "
-                            f"explode at depth 30 on any seed (val acc {acc30}) and explodes only from depth "
-                            f"{max(o for o in onset if o)}")
-        # the ordering: where the rule the claim calls unstable trains on every seed, does it train best?
+        # reported, not judged: where the rule that explodes deeper trains on every seed, does it train best?
         mean_acc = {(rule, L): sum(at[rule, L, s]["final_val_accuracy"] or 0.0 for s in mode.seeds) / len(mode.seeds)
                     for rule in rules for L in depths}
         best = [L for L in depths if all(_trains(at[exploding, L, s]) for s in mode.seeds)
                 and mean_acc[exploding, L] > max(mean_acc[rule, L] for rule in trainable)]
         if best:
-            evidence.append(
-                f"the measured ordering contradicts the claim at this scale (lr {lr:g}): where {exploding} does not "
-                f"explode it trains best, mean val acc at depth {' / '.join(map(str, best))}: " + "; ".join(
+            reported.append(
+                f"at lr {lr:g}, where {exploding} does not explode it reaches the highest accuracy, mean val acc at "
+                f"depth {' / '.join(map(str, best))}: " + "; ".join(
                     f"{rule} {' / '.join(f'{mean_acc[rule, L]:.2f}' for L in best)}" for rule in (exploding, *trainable)))
     decision = combine(parts)
     decision = Decision(decision.verdict, decision.rule,
                         decision.reason + ("; " + "; ".join(evidence) if evidence else ""))
-    return Verdict(decision, per_seed,
-                   f"trains: val accuracy >= {_TRAINS_ACC} (ours: 3x chance; not a knife edge for 1/L, which learns "
-                   f"slowest by design and sits at 0.5-0.65 at lr 0.001) and final training loss < ln 10; explodes: "
-                   f"diverged, non-finite or final training loss >= ln 10 = {_CHANCE_LOSS:.2f} (the chance "
-                   "cross-entropy of 10 classes, an absolute criterion). The paper gives no numeric threshold",
+    return Verdict(decision, per_seed, _FIG1_CRITERIA,
                    f"width 128, SGD, batch 256, sklearn digits (1797 8x8 images) instead of MNIST, {steps} steps, "
                    f"depths {depths}, lr {' and '.join(f'{lr:g}' for lr in lrs)} "
                    + ("(the presets' 0.01 only: fast mode is a smoke test; the paper's 0.001 runs in full mode)"
                       if mode.fast else "(the paper's 0.001 and the presets' 0.01, each judged)")
                    + f", seeds {list(mode.seeds)}. Depths 300-1000 do not fit a CPU run",
                    measured={"depths": depths, "lrs": list(lrs), "steps": steps},
+                   note=("Reported, not judged (the statement is about stability, not accuracy): "
+                         + "; ".join(reported) + ".") if reported else "",
                    summary=" | ".join(summary))
 
 
@@ -429,7 +462,7 @@ _SQRT_BAND = (0.3, 0.7)
        "adding tau = 1/sqrt(L) on top of BN can keep the output norm roughly constant\"; Figure 3: \"Output norm of "
        "ResNet1202 over layers at different epochs.\"",
        "--scale paper: ResNet-1202 on CIFAR-10 trained for epochs needs one GPU for several hours and the CIFAR "
-       "files in EXPLORER_DATA_DIR; not provided as a spec here")
+       "files in EXPLORER_DATA_DIR; not provided as a spec here", seeds=(3, 5, 10))
 def _fig3(mode, arms=(("tau-fig3-bn", "BN"), ("tau-fig3-bn-tau", "BN + tau"))) -> Verdict:
     init_depth, train_depth, steps, warmup = (56, 20, 20, 5) if mode.fast else (302, 56, 60, 10)
     p_init, p_trained = {label: [] for _, label in arms}, {label: [] for _, label in arms}

@@ -158,6 +158,15 @@ def _sub_block(model, block: int, part: str) -> tuple[torch.nn.Module, str]:
     return candidates[block - 1], prefixes[block - 1]
 
 
+def _param_jacobian_cost(c) -> float:
+    """J_l: every output of n inputs by one block's parameters (generously, params / depth), and K_l: one block's
+    input Jacobian on one input, each formed exactly or by Lanczos as `method` chooses."""
+    method, iterations = str(c.options.get("method", "auto")), int(c.options.get("iterations", 80))
+    block = -(-c.params // c.depth)
+    return 4 * c.params + c.forward(c.n) + max(c.jacobian_bytes(c.n * c.stream, block, method, iterations, c.n),
+                                               c.jacobian_bytes(c.stream, c.stream, method, iterations, 1))
+
+
 @PROBES.register(
     "param-jacobian",
     "condition number of the Jacobian w.r.t. one sub-block's parameters (J_l) and of the attention sub-block's "
@@ -175,6 +184,7 @@ def _sub_block(model, block: int, part: str) -> tuple[torch.nn.Module, str]:
         Param("rtol", "float", 1e-5, "singular values below rtol * sigma_max count as zero (float32 noise, exact "
                                      "invariances) and are left out of kappa", low=0.0, high=1.0),
     ),
+    cost=_param_jacobian_cost,
 )
 def param_jacobian(model, inputs, block, part, max_inputs, method, iterations, rtol):
     """param_singular_values, param_kappa, param_rank of J_l; input_singular_values, input_kappa, input_rank of

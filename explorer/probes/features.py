@@ -171,6 +171,8 @@ def dense_probe(model: nn.Module, images: torch.Tensor, masks: torch.Tensor, max
            high=100_000),
      Param("max_inputs", "int", 64, "use at most this many images", low=4, high=100_000)),
     tensors={"masks": "per-pixel labels (N, H, W) of the images (the shapes dataset's masks) for the dense probe"},
+    # every block's tokens, then the PCA and the dense probe on them
+    cost=lambda c: c.forward(c.n) + 4 * (c.depth + 1) * c.n * c.stream + 7 * 8 * c.n * c.stream,
 )
 def pca(model, inputs, block, max_inputs, masks):
     """rgb (blocks, images, grid_h, grid_w, 3), explained_variance_ratio (blocks, 3), blocks (0 = the input, b =

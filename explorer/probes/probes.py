@@ -71,6 +71,10 @@ def _matrix(p: torch.Tensor) -> torch.Tensor:
         Param("max_dim", "int", 2048, "refuse streams larger than this per example (the Jacobian is dim x dim)",
               low=1, high=10_000_000),
     ),
+    # each input's stream x stream Jacobian, vmapped over the inputs (none when max_dim refuses the stream)
+    cost=lambda c: c.forward(c.n) + (0 if c.stream > int(c.options.get("max_dim", 2048)) else
+                                     budget.JACOBIAN_BYTES_PER_ENTRY * c.n * c.stream ** 2
+                                     + c.rows_at_once(c.stream, c.maps(c.n))),
 )
 def jacobian(model, inputs, max_inputs, k, max_dim):
     """J = d f(x0) / d x0 with f = model.stack and x0 = model.embed(x), embedding and head excluded.
@@ -169,6 +173,7 @@ def _rank(s: np.ndarray, shape: tuple[int, int], eps: float, tol: float) -> int:
     "singular values and numerical rank of every weight matrix and of its residual part theta - I (IDInit Fig. 4b)",
     (Param("tol", "float", 0.0, "singular values at or below this count as zero (0: max(m, n) * eps * sigma_max, "
                                 "numpy's default)", low=0.0),),
+    cost=lambda c: 12 * c.params,  # each matrix's SVD: a copy, its residual W - I and LAPACK's workspace
 )
 def weights(model, inputs, tol):
     """Per weight matrix (conv kernels as (out, in*kh*kw)): its spectrum and rank, and the rank of
@@ -238,6 +243,7 @@ def weights_figures(r, head):
     "norms",
     "per block: norm of the stream entering it (relative to block 1's), norm and std of its output (tau Fig. 3, "
     "IDInit Figs. 15, 19); labels name the blocks (block j, or block j attn / mlp at module level)",
+    cost=lambda c: 2 * c.forward(c.n),  # forward passes
 )
 def norms(model, inputs):
     """Forward hooks on every block of the stack(s) (all stages of a resnet-cifar).
@@ -333,6 +339,7 @@ def infer_task(targets: torch.Tensor) -> str:
     (Param("task", "choice", "auto", "loss used with targets (auto: from the targets' dtype and shape)",
            choices=("auto", "regression", "classification", "language-modeling")),),
     tensors={"targets": "targets of the batch; without them the proxy loss 0.5 * mean(output^2) is used"},
+    cost=lambda c: c.forward(c.n) + 4 * c.params,  # a backward pass: the gradients of every weight
 )
 def dead(model, inputs, task, targets):
     """Gradient of the task loss (explorer.data.loss_function) on `targets`, or without targets of
@@ -383,6 +390,7 @@ def dead_figures(r, head):
     "attention",
     "attention maps of every attention layer for the first input, with per-head condition number, mean diagonal "
     "weight and mean row entropy",
+    cost=lambda c: c.forward(1) + 3 * c.maps(1),  # every block's maps of one input in float64, three times
 )
 def attention(model, inputs):
     """Forward pre-hooks on the Attention modules compute each layer's map softmax(q k^T / sqrt(d_h))
@@ -450,6 +458,7 @@ def attention_figures(r, head):
 @PROBES.register(
     "coefficients",
     "the topology's coefficient matrices (own and unrolled basis) and ANCRe's log(c_ij / c_max,j) view",
+    cost=lambda c: 2 * c.forward(c.n),  # forward passes
 )
 def coefficients(model, inputs):
     """own and unrolled from Topology.coefficients() (rows: destinations; the first stage's Stack of a
