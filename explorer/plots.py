@@ -599,18 +599,20 @@ def wrap_title(text: str, width: int = TITLE_LINE_CHARS) -> str:
     it is, and a single word longer than `width` gets a line of its own."""
     lines = []
     for part in str(text).split("<br>"):
-        if "<" in part or len(part) <= width:
-            lines.append(part)
-            continue
-        line = ""
-        for word in part.split(" "):
-            if line and len(line) + 1 + len(word) > width:
-                lines.append(line)
-                line = word
-            else:
-                line = f"{line} {word}" if line else word
-        lines.append(line)
+        lines.extend([part] if "<" in part or len(part) <= width else _word_lines(part, width))
     return "<br>".join(lines)
+
+
+def _word_lines(text: str, width: int) -> list[str]:
+    """`text` cut at spaces into lines of at most `width` characters (a longer word gets a line of its own)."""
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    return [*lines, line]
 
 
 def _state_ticks(states: list[str], labels: list[str]) -> dict[str, Any]:
@@ -1582,14 +1584,7 @@ def _wrap(text: str, width: int = 36) -> str:
     if len(text) > width and ": " in text:
         head, tail = text.rsplit(": ", 1)
         return f"{_wrap(head + ':', width)}<br>{_wrap(tail, width)}"
-    lines, line = [], ""
-    for word in text.split(" "):
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    return "<br>".join([*lines, line])
+    return "<br>".join(_word_lines(text, width))
 
 
 def claim_figure(row: Mapping[str, Any]) -> go.Figure | None:
