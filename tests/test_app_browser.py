@@ -69,6 +69,7 @@ def test_training_a_preset_shows_the_loss_and_the_heatmap(app, tmp_path):
     assert seen["exceptions"] == 0
     assert any(": loss" in title for title in seen["chart_titles"]), seen["chart_titles"]
     assert any("Shortcut coefficients" in title for title in seen["chart_titles"]), seen["chart_titles"]
+    page.get_by_text("Finished 1000 steps").wait_for(timeout=60_000)  # the box follows the progress line's "finished"
     assert page.get_by_text("Finished 1000 steps").count() == 1
     assert elsewhere == []
     runs = explorer.RunStore(home).list()
