@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from explorer import settings
 from explorer.papers import PAPERS
 from explorer.parallel import BACKENDS
 from explorer.registries import KINDS, SpecError, registry
@@ -356,7 +357,7 @@ def _claims(args) -> int:
             print("A claim marked STALE has changed since it was recorded.\n")
             print(table([{**r, "verdict": r["verdict"] + (" (STALE)" if r["stale"] else "")} for r in rows]))
         return 0
-    fast = args.fast or os.environ.get("EXPLORER_FAST") == "1"
+    fast = args.fast or settings.fast_mode()
     if args.record and (fast or args.scale != "cpu"):
         raise SpecError("--record", "only full-mode CPU-scale results are recorded: drop --fast (and EXPLORER_FAST=1) "
                                     "and --scale paper")

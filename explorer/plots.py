@@ -1424,7 +1424,8 @@ def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) ->
     A row needs only "verdict"; it may have "id", "section", "summary" (the one-line measured summary),
     "measured" (name -> number), "per_seed" (quantity -> one value per seed, as explorer.papers.claims gives it;
     or a list, one entry per seed), "reason" (why the verdict came out so), "rule", "threshold", "expected",
-    "setup", "note" and "seconds"; missing fields are left blank. Each row reads, at 1280x720, as: the verdict;
+    "setup", "float_spread" ({"text": ...}, explorer.papers.claims), "note" and "seconds"; missing fields are left
+    blank. Each row reads, at 1280x720, as: the verdict;
     the measured summary as its first, larger line (from the per-seed numbers, `per_seed_summary`, when the row
     has no summary), the named measured numbers and "why" (the reason, one line per part of a combined verdict);
     the per-seed numbers as a small table under them, one line per quantity and a column per seed (folded in a
@@ -1453,6 +1454,10 @@ def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) ->
             why = "<br>".join(html.escape(("[" if i else "") + part) for i, part in enumerate(parts))
             lines.append(f"<div class='why' style='margin-top:0.3em'><b>why:</b> {why}</div>")
         lines.append(_per_seed_table(seeds))
+        spread = (row.get("float_spread") or {}).get("text")
+        if spread:
+            lines.append(f"<div class='float-spread' style='font-size:0.9em'><b>float-level spread:</b> "
+                         f"{html.escape(str(spread))}</div>")
         note = str(row.get("note") or "").split("\nTraceback", 1)[0].strip()
         if note:
             lines.append(f"<div class='note' style='font-size:0.9em'><b>note:</b> {html.escape(note)}</div>")

@@ -7,10 +7,12 @@ pinned to the exact step it happened at). A diverged run is a result, not an err
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,7 +151,39 @@ def build(spec: ExperimentSpec, device: str | torch.device | None = None) -> tup
     data = build_dataset(spec.data)
     model = build_model(spec, data.dims)
     initialize(model, spec.init, spec.train.seed)
+    if _ONE_ULP.get():
+        nudge_one_ulp(model)
     return model.to(target), data.to(target)
+
+
+_ONE_ULP: contextvars.ContextVar[bool] = contextvars.ContextVar("one_ulp", default=False)
+
+
+@contextlib.contextmanager
+def float_perturbation() -> Iterator[None]:
+    """Within the block, every model `build` makes starts from its initialisation with each floating-point
+    parameter moved one unit in the last place (`nudge_one_ulp`): a change below any init's meaning, as another
+    CPU's rounding would make, to measure how far a run's result depends on float rounding (a chaotic run)."""
+    token = _ONE_ULP.set(True)
+    try:
+        yield
+    finally:
+        _ONE_ULP.reset(token)
+
+
+def perturbing() -> bool:
+    """Whether models built here start one ulp off (inside `float_perturbation`)."""
+    return _ONE_ULP.get()
+
+
+@torch.no_grad()
+def nudge_one_ulp(model: nn.Module) -> None:
+    """Move every nonzero floating-point parameter of `model` to the next representable value towards +inf (one
+    ulp); exact zeros stay zero (a zero in an initialisation is structural: a zero head, an identity's off-diagonal)."""
+    for parameter in model.parameters():
+        if parameter.is_floating_point():
+            up = torch.nextafter(parameter, torch.full_like(parameter, math.inf))
+            parameter.copy_(torch.where(parameter == 0, parameter, up))
 
 
 def flush_denormals(model: nn.Module) -> None:

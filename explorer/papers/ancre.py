@@ -346,7 +346,7 @@ def _norm_spec(depth: int, norm: str, steps: int, seed: int):
                                                     "train.steps": steps, "train.seed": seed})
 
 
-def _norm_runs(depth: int, norm: str, steps: int, seeds) -> list:
+def norm_runs(depth: int, norm: str, steps: int, seeds) -> list:
     """ANCRe on the Figure 2c linear net at `depth` with `norm`, one run per seed (train_all: cached, parallel);
     none starts at p_ij = 1/j (uniform_start_callback)."""
     return train_all([_norm_spec(depth, norm, steps, s) for s in seeds],
@@ -386,7 +386,7 @@ def _normalization(mode, better: str = "ingoing", worse: str = "outgoing", bette
     # no normalisation: on the linear net, where the coefficients' growth shows within seconds
     depth, lnn_steps = 8, 300 if mode.fast else 600
     per_seed = {"none (linear net): diverged": [], "none (linear net): max p_ij": []}
-    for none in _norm_runs(depth, "none", lnn_steps, mode.seeds):
+    for none in norm_runs(depth, "none", lnn_steps, mode.seeds):
         p = none.model.stack.topology.coefficients().own
         per_seed["none (linear net): diverged"].append(none.status == "diverged")
         per_seed["none (linear net): max p_ij"].append(float(np.abs(p).max()) if np.isfinite(p).all() else None)

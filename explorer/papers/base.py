@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,19 @@ PRESETS = Registry("presets")
 RUNS = LRUCache(megabytes_setting("EXPLORER_PAPERS_CACHE_MB"))
 
 
-def cached(key: Hashable, make: Callable[[], Any]) -> Any:
+def _perturbing() -> bool:
+    from explorer.training import perturbing
+
+    return perturbing()
+
+
+def _cache_key(key: tuple) -> tuple:
+    """`key` in the papers' cache; inside `explorer.training.float_perturbation` a key of its own (a perturbed run
+    is another run)."""
+    return (*key, "one ulp up") if _perturbing() else key
+
+
+def cached(key: tuple, make: Callable[[], Any]) -> Any:
     """`make()`, kept per `key` (a tuple starting with the paper's id) in the papers' bounded cache."""
 
     def slim():
@@ -40,7 +52,7 @@ def cached(key: Hashable, make: Callable[[], Any]) -> Any:
             value._state = None
         return value
 
-    return RUNS.get_or_make(key, slim)
+    return RUNS.get_or_make(_cache_key(key), slim)
 
 
 def clear_cache() -> None:
@@ -134,6 +146,8 @@ def run_jobs(fn: Callable, items: Sequence[tuple]) -> list:
     its arguments and result picklable), in order; progress is reported as each ends."""
     setting = _EXECUTION.get()
     items = list(items)
+    if _perturbing():  # the worker builds its models one ulp off too
+        fn, items = _one_ulp_job, [(fn, *item) for item in items]
     done = [0]
 
     def ended(_index, _value):
@@ -144,9 +158,31 @@ def run_jobs(fn: Callable, items: Sequence[tuple]) -> list:
     return setting.workers.map(fn, items, on_done=ended)
 
 
+def _one_ulp_job(fn: Callable, *args):
+    """`fn(*args)` with every model built one ulp off (explorer.training.float_perturbation), in a worker."""
+    from explorer.training import float_perturbation
+
+    with float_perturbation():
+        return fn(*args)
+
+
+def cached_jobs(fn: Callable, items: Sequence[tuple], paper: str) -> list:
+    """[fn(*item) for item in items], each kept in the papers' cache under (`paper`, fn's name, *item); those not
+    cached run as independent jobs of the current execution (`run_jobs`), so a claim's seeds and arms run side
+    by side. `fn` is a module-level function with picklable arguments and result."""
+    wanted = {_cache_key((paper, fn.__name__, *item)): tuple(item) for item in items}
+    found = {key: RUNS.get(key) for key in wanted}
+    missing = [key for key in wanted if found[key] is None]
+    if missing:
+        for key, value in zip(missing, run_jobs(fn, [wanted[key] for key in missing])):
+            RUNS.put(key, value)
+            found[key] = value
+    return [found[_cache_key((paper, fn.__name__, *item))] for item in items]
+
+
 def run_key(spec, callbacks: Sequence[Callable] = ()) -> tuple:
     """The papers' cache key of `train(spec, callbacks)`: the spec itself and the callbacks' names."""
-    return ("run", spec.to_json(indent=None), tuple(f"{c.__module__}.{c.__qualname__}" for c in callbacks))
+    return _cache_key(("run", spec.to_json(indent=None), tuple(f"{c.__module__}.{c.__qualname__}" for c in callbacks)))
 
 
 def train_all(specs: Sequence, callbacks: Sequence[Callable] = ()) -> list:

@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from explorer import settings
 from explorer.papers.base import PAPERS
 from explorer.plots import per_seed_summary as summary_of  # the measured line of a row without a summary
 from explorer.registries import SpecError
@@ -54,12 +55,14 @@ VERDICTS = ("holds", "does-not-hold", "inconclusive", "not-tested", "error")
 SCALES = ("cpu", "paper")
 FULL_SEEDS = (0, 1, 2)
 ALPHA = 0.05  # decide: the level of the one-sided paired t-test (the rate of a false "holds"), over all looks
-RULE = "one-sided paired t-test, alpha 0.05 spent over the seed schedule's looks, v1"  # part of every fingerprint
+RULE = ("one-sided paired t-test, alpha 0.05 spent over the seed schedule's looks; a decided verdict must survive "
+        "the one-ulp init spread, v2")  # part of every fingerprint
 # the rule in two sentences, as the Papers page, the notebooks and the docs quote it (docs/verdicts.md has the rest)
 RULE_SUMMARY = ("Full mode runs each claim's seeds (3 or more; some claims add seeds while undecided) and decides on "
                 "the paired same-seed differences with a one-sided paired t-test at level 0.05 against the claim's "
-                "minimum effect, fixed before measuring; a score at its trivial floor (chance accuracy, float noise) "
-                "is inconclusive. Fast mode runs one seed of smaller runs and decides only beyond a wide margin: a "
+                "minimum effect, fixed before measuring; a decided verdict must survive every difference moved by what a "
+                "one-ulp change of the initial weights moves it, and a score at its trivial floor (chance accuracy, "
+                "float noise) is inconclusive. Fast mode runs one seed of smaller runs and decides only beyond a wide margin: a "
                 "smoke test that can disagree with full mode, whose verdict is the evidence.")
 RECORDED = Path(__file__).with_name("claims_full.json")  # the full-mode rows recorded with the package
 
@@ -144,6 +147,28 @@ def t_interval(values: Sequence[float], alpha: float = ALPHA) -> tuple[float, fl
     return mean - half, mean + half
 
 
+@dataclass(frozen=True)
+class Looked:
+    """One decision a check made (recorded while `Claim.run` listens): its kind ("t-test" for `decide`, "per-seed"
+    for `decide_all`), the values it decided on (paired differences, or pass flags), the arguments to decide them
+    again, and the verdict."""
+
+    kind: str
+    values: tuple
+    options: dict
+    verdict: str
+
+
+_HEARD: contextvars.ContextVar[list[Looked] | None] = contextvars.ContextVar("heard", default=None)
+
+
+def _heard(kind: str, values: Sequence, options: dict, decision: Decision) -> Decision:
+    heard = _HEARD.get()
+    if heard is not None:
+        heard.append(Looked(kind, tuple(values), options, decision.verdict))
+    return decision
+
+
 def decide(diffs: Sequence[float], *, fast_margin: float, min_effect: float = 0.0, floors: dict[str, bool] | None = None,
            what: str = "difference", alpha: float | None = None) -> Decision:
     """The verdict from paired same-seed differences `diffs` (positive supports the claim); docs/verdicts.md
@@ -161,13 +186,19 @@ def decide(diffs: Sequence[float], *, fast_margin: float, min_effect: float = 0.
     values = [float(d) for d in diffs]
     if not values:
         raise ValueError("decide needs at least one paired difference")
+    alpha = _LOOK.get()[0] if alpha is None else alpha
+    options = {"fast_margin": fast_margin, "min_effect": min_effect, "floors": floors, "what": what, "alpha": alpha}
+    return _heard("t-test", values, options, _decide(values, **options))
+
+
+def _decide(values: list[float], *, fast_margin: float, min_effect: float, floors: dict[str, bool] | None, what: str,
+            alpha: float) -> Decision:
     hit = [name for name, on in (floors or {}).items() if on]
     n, mean = len(values), statistics.fmean(values)
     finite = all(math.isfinite(v) for v in values)
     threshold = f"the claim's threshold {min_effect:g}" if min_effect else "0"
     if n >= 2:
-        look_alpha, look = _LOOK.get()
-        alpha = look_alpha if alpha is None else alpha
+        look = _LOOK.get()[1]
         level = f"{100 * (1 - alpha):.4g}%"
         spread = statistics.stdev(values) if finite else math.nan
         lower, upper = t_interval(values, alpha) if finite else (math.nan, math.nan)
@@ -217,6 +248,10 @@ def decide_all(passed: Sequence[bool], test: str, floors: dict[str, bool] | None
     """Per-seed pass/fail of `test` (text): holds if every seed passes, does-not-hold if none does,
     inconclusive if they disagree or a floor is hit."""
     flags = [bool(p) for p in passed]
+    return _heard("per-seed", flags, {"test": test, "floors": floors}, _decide_all(flags, test, floors))
+
+
+def _decide_all(flags: list[bool], test: str, floors: dict[str, bool] | None) -> Decision:
     rule = f"per seed: {test}; holds if every seed passes, does-not-hold if none does, otherwise inconclusive"
     hit = [name for name, on in (floors or {}).items() if on]
     if floors:
@@ -305,6 +340,7 @@ class Claim:
         if scale == "paper" and not self.paper_spec:
             row.update({"verdict": "inconclusive", "reason": f"no paper-scale spec for this claim: {self.paper_scale}",
                         "rule": "", "threshold": "", "setup": "", "per_seed": {}, "measured": {}, "note": "",
+                        "float_spread": {},
                         "summary": "", "seconds": 0.0})
             return row
         try:
@@ -312,13 +348,23 @@ class Claim:
                 mode = dataclasses.replace(mode, full_seeds=n)
                 look = (f" (look {self.seeds.index(n) + 1} of {len(self.seeds)} after {', '.join(map(str, self.seeds))}"
                         f" seeds; {ALPHA:g} in all)") if staged else ""
-                token = _LOOK.set((mode.alpha, look))
+                heard: list[Looked] = []
+                tokens = _LOOK.set((mode.alpha, look)), _HEARD.set(heard)
                 try:
                     result = self.check(mode, **controls)
                 finally:
-                    _LOOK.reset(token)
+                    _LOOK.reset(tokens[0])
+                    _HEARD.reset(tokens[1])
                 if not result.decision.noisy:
                     break
+            decided = result.decision.verdict in ("holds", "does-not-hold")
+            spread = self._float_spread(mode, heard, controls) \
+                if decided and not fast and only_seed is None and not self.deterministic else {}
+            if spread and spread["survives"] is False:
+                result = dataclasses.replace(result, decision=Decision(
+                    "inconclusive", result.decision.rule, f"{result.decision.verdict} on the seeds, but not once every "
+                    f"paired difference moves by the float-level spread: {spread['text']} ({result.decision.reason})"))
+            row["float_spread"] = spread
             row.update({"verdict": result.decision.verdict, "reason": result.decision.reason,
                         "rule": result.decision.rule, "threshold": result.threshold, "setup": result.setup,
                         "per_seed": _jsonable(result.per_seed), "measured": _jsonable(result.measured),
@@ -335,14 +381,56 @@ class Claim:
                 row["mode"] = mode.label
         except Exception as error:  # noqa: BLE001  (a claim that errors is reported, the table goes on)
             row.update({"verdict": "error", "reason": f"{type(error).__name__}: {error}", "rule": "", "threshold": "",
-                        "setup": "", "per_seed": {}, "measured": {}, "summary": "",
+                        "setup": "", "per_seed": {}, "measured": {}, "summary": "", "float_spread": {},
                         "note": f"{type(error).__name__}: {error}\n{traceback.format_exc(limit=3)}"})
         row["seconds"] = round(time.perf_counter() - start, 2)
         return row
 
 
+    def _float_spread(self, mode: Mode, heard: list[Looked], controls: dict) -> dict[str, Any]:
+        """How far a float-level change moves this claim's evidence, and whether its verdict survives that: seed 0
+        is run again with every model built one ulp off (explorer.training.float_perturbation), each decision's
+        seed-0 value is compared with the recorded one, and each decided part is decided again with every paired
+        difference moved against its verdict by that distance (a pass flag that flips, flipped). Returns
+        {"moved": [distance per decision], "survives": bool or None (not measured), "text": one line}."""
+        from explorer.training import float_perturbation
+
+        perturbed: list[Looked] = []
+        token = _HEARD.set(perturbed)
+        try:
+            with float_perturbation():
+                self.check(dataclasses.replace(mode, only_seed=0), **controls)
+        except Exception as error:  # noqa: BLE001  (the verdict stands; the row says the spread is unknown)
+            return {"moved": [], "survives": None, "text": f"not measured: the perturbed run failed ({error})"}
+        finally:
+            _HEARD.reset(token)
+        if [h.kind for h in heard] != [h.kind for h in perturbed]:
+            return {"moved": [], "survives": None,
+                    "text": "not measured: the perturbed seed took another path through the check"}
+        moved, survives = [], True
+        for was, now in zip(heard, perturbed):
+            if was.kind == "t-test":
+                distance = max(abs(a - b) for a, b in zip(was.values, now.values))
+                against = -distance if was.verdict == "holds" else distance
+                again = _decide([v + against for v in was.values], **was.options).verdict
+            else:
+                distance = float(was.values[0] != now.values[0])
+                again = _decide_all([not was.values[0], *was.values[1:]] if distance else list(was.values),
+                                    **was.options).verdict
+            moved.append(distance)
+            if was.verdict in ("holds", "does-not-hold") and again != was.verdict:
+                survives = False
+        parts = [f"moved its paired difference by {m:.3g}" if h.kind == "t-test" else
+                 f"{'flipped' if m else 'kept'} its pass/fail" for h, m in zip(heard, moved)]
+        text = ("rerun with every initial weight one ulp up, seed 0 " + (
+            "; ".join(f"{part} (decision {i + 1})" for i, part in enumerate(parts)) if len(parts) > 1 else
+            "".join(parts)) + "; the verdict " + ("survives" if survives else "does not survive")
+                + " every seed's value moved that far against it")
+        return {"moved": moved, "survives": survives, "text": text}
+
+
 ROW_KEYS = ("paper", "id", "section", "statement", "source", "paper_scale", "mode", "fingerprint", "verdict", "reason",
-            "rule", "threshold", "setup", "per_seed", "measured", "summary", "note", "seconds")
+            "rule", "threshold", "setup", "per_seed", "measured", "summary", "note", "float_spread", "seconds")
 CLAIMS: dict[str, Claim] = {}
 
 
@@ -416,7 +504,7 @@ def run_claims(paper: str | None = None, fast: bool | None = None, ids: list[str
     from explorer.papers.base import execution
 
     if fast is None:
-        fast = os.environ.get("EXPLORER_FAST") == "1"
+        fast = settings.fast_mode()
     chosen = select(paper, ids)
     clock = _Clock(chosen, fast, progress)
     rows = []
@@ -688,6 +776,8 @@ def table(rows: list[dict]) -> str:
         lines.append(f"    rule:      {r['rule']}")
         lines.append(f"    threshold: {r['threshold']}")
         lines.append(f"    why:       {r['reason']}")
+        if (r.get("float_spread") or {}).get("text"):
+            lines.append(f"    spread:    {r['float_spread']['text']}")
         if r["note"]:
             lines.append(f"    note:      {r['note']}")
     return "\n".join(lines)

@@ -62,7 +62,7 @@ PRESETS.update({
 
 import math  # noqa: E402
 
-from explorer.papers.base import RUNS, Paper, preset, register_paper, run_jobs, train_all
+from explorer.papers.base import Paper, cached_jobs, preset, register_paper, train_all
 from explorer.probes import probe
 from explorer.training import build, train
 from explorer.papers.claims import Decision, Verdict, claim, combine, decide, decide_all  # noqa: E402
@@ -96,20 +96,6 @@ PAPER = register_paper(Paper(
 RULES = {"1/L": lambda L: 1.0 / L, "1/sqrt(L)": lambda L: L ** -0.5, "1/L^0.25": lambda L: L ** -0.25}
 
 
-def _cached_jobs(fn, items: list[tuple]) -> list:
-    """[fn(*item) for item in items], each kept in the papers' cache under ("tau", fn's name, *item); those not
-    cached run as independent jobs of the current execution (explorer.papers.base.run_jobs), so a claim's seeds
-    and arms run side by side. `fn` is a module-level function with picklable arguments and result."""
-    keys = [("tau", fn.__name__, *item) for item in items]
-    found = {key: RUNS.get(key) for key in keys}
-    missing = list(dict.fromkeys(key for key in keys if found[key] is None))
-    if missing:
-        for key, value in zip(missing, run_jobs(fn, [key[2:] for key in missing])):
-            RUNS.put(key, value)
-            found[key] = value
-    return [found[key] for key in keys]
-
-
 def _init_norm_ratio_job(rule: str, depth: int, seed: int, examples: int) -> dict:
     import torch
 
@@ -127,8 +113,8 @@ def _init_norm_ratio_job(rule: str, depth: int, seed: int, examples: int) -> dic
 
 def init_norm_ratios(items: list[tuple]) -> list[dict]:
     """`init_norm_ratio(rule, depth, seed, examples)` for every item (tuples of 3 or 4), as independent jobs."""
-    return _cached_jobs(_init_norm_ratio_job, [(rule, depth, seed, *rest) if rest else (rule, depth, seed, 128)
-                                               for rule, depth, seed, *rest in items])
+    return cached_jobs(_init_norm_ratio_job, [(rule, depth, seed, *rest) if rest else (rule, depth, seed, 128)
+                                              for rule, depth, seed, *rest in items], "tau")
 
 
 def init_norm_ratio(rule: str, depth: int, seed: int = 0, examples: int = 128) -> dict:
@@ -213,7 +199,7 @@ def _bn_stream_norms_job(preset_name: str, depth: int, train_steps: int, example
 def bn_stream_norms_many(items: list[tuple]) -> list[dict]:
     """`bn_stream_norms(preset_name, depth, train_steps, examples, seed, warmup)` (all six given) for every item,
     cached, the missing ones as parallel jobs of the current execution."""
-    return _cached_jobs(_bn_stream_norms_job, [tuple(item) for item in items])
+    return cached_jobs(_bn_stream_norms_job, [tuple(item) for item in items], "tau")
 
 
 def bn_stream_norms(preset_name: str, depth: int, train_steps: int = 0, examples: int = 128, seed: int = 0,
