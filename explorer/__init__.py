@@ -24,6 +24,7 @@ from explorer.topology.shortcuts import (SHORTCUT_NOTATION, describe_shortcut, p
 from explorer.training import Event, Run, StopTraining, build, evaluate, train
 from explorer.diagnosis import Diagnosis, diagnose
 from explorer.batched import train_batched
+from explorer.network_view import network_figure, replay_figure
 from explorer import challenge  # noqa: F401  (the design challenge: explorer.challenge)
 
 __all__ = [
@@ -40,10 +41,12 @@ __all__ = [
     "describe_shortcut",
     "diagnose",
     "evaluate",
+    "network_figure",
     "parse_shortcuts",
     "preset",
     "probe",
     "registry",
+    "replay_figure",
     "resume",
     "roles",
     "shortcuts_text",

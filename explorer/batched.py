@@ -9,8 +9,10 @@ backward, so each member's slice of the stacked gradient is its own run's gradie
 The update is each member's own torch optimizer and LR schedule (`build_optimizer` on the
 member's module), whose parameters are views into the stacked leaves: any optimizer the trainer
 supports gives the same update as a separate run, with no re-implementation to drift from it.
-Logging, validation, divergence detection (pinned to the exact step) and the history rows follow
-`explorer.training.train` member by member, so `train_batched(specs)[i]` reads like `train(specs[i])`.
+The step loop is `explorer.training.run_steps`, the one `train` runs, with this module's stacked stepper:
+logging, validation, divergence detection (pinned to the exact step), broken optimizer statistics, stopping,
+live probes and checkpoints are `train`'s, member by member, so `train_batched(specs)[i]` reads like
+`train(specs[i])`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from torch.func import functional_call, stack_module_state, vmap
 from explorer.optim import build_optimizer, is_full_batch
 from explorer.registries import SpecError
 from explorer.spec import SECTIONS, ExperimentSpec
-from explorer.training import Event, Run, StopTraining, _Batches, build, flush_denormals, log_step, loss_function
+from explorer.training import (Event, Member, Run, _Batches, _LiveProbes, build, flush_denormals, loss_function,
+                               run_steps)
 
 # Fields every member must share: they set tensor shapes, the data, or the step/log cadence.
 SHARED_FIELDS = ("train.steps", "train.batch_size", "train.log_every", "train.device")
@@ -116,19 +119,74 @@ def _same(a: Any, b: Any) -> bool:
         return a is b
 
 
+class _Stacked:
+    """The stepper of a stacked batch: one vmapped functional forward over the members' stacked parameters
+    (on a separate copy of the module, whose tensors are swapped for stacked ones), one backward of the summed
+    losses, and each member's slice of the stacked gradient handed to its own parameters."""
+
+    def __init__(self, base: nn.Module, models: list[nn.Module], loss_fn: Callable):
+        self.base, self.models = base, models
+        self.params, self.buffers = stack_module_state(models)
+        for name, leaf in self.params.items():  # tensor hooks (e.g. tau's gradient averaging) act on the stacked leaf
+            for hook in (models[0].get_parameter(name)._backward_hooks or {}).values():
+                leaf.register_hook(hook)
+        for i, model in enumerate(models):  # each member's own parameters become views into the stacked leaves
+            for name, p in model.named_parameters():
+                p.data = self.params[name].detach()[i]
+
+        def member_loss(p, b, x, y):
+            return loss_fn(functional_call(base, (p, b), (x,)), y)
+
+        self.batched_loss = vmap(member_loss, in_dims=(0, 0, 0, 0))
+
+    def train(self) -> None:
+        self.base.train()
+        for model in self.models:
+            model.train()
+
+    def forward(self, drawn: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        return self.batched_loss(self.params, self.buffers, torch.stack([x for x, _ in drawn]),
+                                 torch.stack([y for _, y in drawn]))
+
+    def backward(self, loss: torch.Tensor, active: list[int]) -> None:
+        for leaf in self.params.values():
+            leaf.grad = None
+        loss.sum().backward()
+        for i in active:
+            for name, p in self.models[i].named_parameters():
+                p.grad = self.params[name].grad[i]
+
+    def finish(self) -> None:
+        for model in self.models:  # unstack: each member keeps its own copy of its weights
+            for p in model.parameters():
+                p.data = p.data.clone()
+
+
+def _no_rewire(topology: Any) -> None:
+    raise SpecError("rewire", "a member of a batched run cannot be rewired: the members share one stacked model "
+                              "whose shapes are fixed; train this spec on its own with explorer.train to rewire it")
+
+
 def train_batched(
     specs: list[ExperimentSpec],
     callbacks: Iterable[Callable[[Event], Any]] | None = None,
     stop: threading.Event | None = None,
+    probes: dict[str, dict] | None = None,
+    probe_every: int = 100,
+    probe_inputs: int = 8,
 ) -> list[Run]:
     """Train same-shaped specs together as one vmapped model; one `Run` per spec, as `train(spec)` would give.
 
     Members may differ in values that keep every tensor shape: train.seed, train.diverge_factor, the
     optimizer and its parameters (within full-batch or mini-batch optimizers), init parameters, topology
     values (e.g. tau). Data, model, topology name, steps, batch size, log cadence and device must match
-    (SpecError naming the field otherwise); BatchNorm models are refused. A member that diverges is marked
-    at the exact step and frozen at its next log, like its separate run; the others go on. Callbacks get
-    each member's events (with that member's Run); StopTraining from a callback, or `stop`, stops all.
+    (SpecError naming the field otherwise); BatchNorm models are refused. The step loop is `train`'s
+    (`explorer.training.run_steps`): a member that diverges, or whose optimizer's statistics break, is marked
+    at the exact step and frozen there, like its separate run; the others go on. Callbacks get each member's
+    events (with that member's Run); StopTraining from a callback, or `stop`, stops all. `probes`,
+    `probe_every` and `probe_inputs` run on each member as `train` runs them, and each member's
+    `Run.checkpoint()` resumes with `train(spec, resume_from=...)`. `Run.rewire` refuses (SpecError naming
+    `rewire`): a member's design cannot change inside the stacked model.
     """
     specs = list(specs)
     if not specs:
@@ -139,97 +197,20 @@ def train_batched(
     models = [model for model, _ in built]
     flush_denormals(models[0])
     _check_models(specs, models)
+    live = [_LiveProbes(probes, probe_every, data, probe_inputs) if probes else None for _, data in built]
     device = next(models[0].parameters()).device
     cfg = specs[0].train
-    n = len(specs)
-
-    # The forward runs on a separate copy of the module (its tensors are swapped for stacked ones).
-    base = build(specs[0])[0]
-    params, buffers = stack_module_state(models)
-    for name, leaf in params.items():  # tensor hooks (e.g. tau's gradient averaging) act on the stacked leaf
-        for hook in (models[0].get_parameter(name)._backward_hooks or {}).values():
-            leaf.register_hook(hook)
-    for i, model in enumerate(models):  # each member's own parameters become views into the stacked leaves
-        for name, p in model.named_parameters():
-            p.data = params[name].detach()[i]
-    optimizers = [build_optimizer(model, spec.optim, cfg.steps) for model, spec in zip(models, specs)]
-    loss_fn = loss_function(built[0][1].task)
-    batches = [_Batches(data, cfg.batch_size, is_full_batch(spec.optim), spec.train.seed + 1)
-               for spec, (_, data) in zip(specs, built)]
-    runs = [Run(spec, model, data, str(device)) for spec, (model, data) in zip(specs, built)]
-    losses = torch.full((n, cfg.steps + 1), float("nan"), device=device)
-    checked = [0] * n
-    active = [True] * n
+    stepper = _Stacked(build(specs[0])[0], models, loss_function(built[0][1].task))
+    losses = torch.full((len(specs), cfg.steps + 1), float("nan"), device=device)
     start = time.perf_counter()
-
-    def member_loss(p, b, x, y):
-        return loss_fn(functional_call(base, (p, b), (x,)), y)
-
-    batched_loss = vmap(member_loss, in_dims=(0, 0, 0, 0))
-
-    def emit(kind: str, i: int, step: int, metrics: dict[str, float]) -> None:
-        event = Event(kind, step, metrics, runs[i])
-        for callback in callbacks:
-            callback(event)
-
-    def log(i: int, step: int, notify: bool = True) -> bool:
-        """Member i's log at `step`, as the trainer writes it; False when it has diverged by then."""
-        run = runs[i]
-        row = log_step(run, losses[i], checked[i], step, specs[i].train.diverge_factor, start)
-        checked[i] = step + 1
-        run.wall_time = time.perf_counter() - start
-        if notify:
-            emit("log", i, step, row)
-        return run.status != "diverged"
-
-    for i in range(n):
-        emit("start", i, 0, {})
-    base.train()
-    for model in models:
-        model.train()
-    step = 0
-    try:
-        while True:
-            drawn = [next(b) for b in batches]
-            member_losses = batched_loss(params, buffers, torch.stack([x for x, _ in drawn]),
-                                         torch.stack([y for _, y in drawn]))
-            losses[:, step] = member_losses.detach()
-            if step % cfg.log_every == 0 or step == cfg.steps:
-                for i in range(n):
-                    if active[i] and not log(i, step):
-                        active[i] = False  # diverged: frozen from here, as its separate run stops here
-            if step == cfg.steps:
-                for i in range(n):
-                    if active[i]:
-                        runs[i].status = "finished"
-                break
-            if not any(active):
-                break
-            if stop is not None and stop.is_set():
-                raise StopTraining
-            for leaf in params.values():
-                leaf.grad = None
-            member_losses.sum().backward()
-            for i, (model, (optimizer, schedule)) in enumerate(zip(models, optimizers)):
-                if not active[i]:
-                    continue
-                for name, p in model.named_parameters():
-                    p.grad = params[name].grad[i]
-                optimizer.step()
-                schedule.step()
-                optimizer.zero_grad(set_to_none=True)
-            step += 1
-    except StopTraining:
-        for i in range(n):
-            if runs[i].status == "running":
-                runs[i].status = "stopped"
-                if not runs[i].history or runs[i].history[-1]["step"] != step:
-                    log(i, step, notify=False)
-    wall = time.perf_counter() - start
-    for run, model in zip(runs, models):  # unstack: each member keeps its own copy of its weights
-        for p in model.parameters():
-            p.data = p.data.clone()
-        run.wall_time = wall if run.status != "diverged" else run.wall_time
-    for i, run in enumerate(runs):
-        emit("end", i, run.steps_done, run.final)
-    return runs
+    members = []
+    for i, (spec, (model, data)) in enumerate(zip(specs, built)):
+        optimizer, schedule = build_optimizer(model, spec.optim, cfg.steps)
+        batches = _Batches(data, cfg.batch_size, is_full_batch(spec.optim), spec.train.seed + 1)
+        run = Run(spec, model, data, str(device), initial_spec=spec)
+        member = Member(run, optimizer, schedule, batches, losses[i], callbacks, live[i])
+        member.start = start
+        run._rewire = _no_rewire
+        members.append(member)
+    run_steps(stepper, members, losses, stop)
+    return [member.run for member in members]

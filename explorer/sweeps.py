@@ -143,7 +143,8 @@ def _run_group(specs: list[dict], batched: bool, threads: int) -> list[dict[str,
 
 
 def _checkpoint_of(run) -> dict:
-    """The full training state where the trainer kept it; else (batched members) the weights and step."""
+    """The run's full training state (separate and batched runs keep it until dropped); the weights and step of a
+    run that no longer holds it."""
     try:
         return run.checkpoint()
     except RuntimeError:

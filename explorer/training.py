@@ -358,9 +358,9 @@ def _check_schedule(rewire: dict[int, Any], steps: int, log_every: int) -> dict[
 
 
 def log_step(run: Run, losses: torch.Tensor, checked: int, step: int, diverge_factor: float, start: float) -> dict:
-    """Write step `step` into `run` (the one logging path of `train` and `explorer.batched`): the losses of
-    steps `checked`..`step` (read from the device buffer `losses` only here) are checked for divergence (not
-    finite, or above `diverge_factor` x the first loss), which pins the run's status, `diverged_at` and
+    """Write step `step` into `run` (the one logging path of the step loop, `run_steps`): the losses of steps
+    `checked`..`step` (read from the device buffer `losses` only here) are checked for divergence (not finite,
+    or above `diverge_factor` x the first loss), which pins the run's status, `diverged_at` and
     `diverged_loss` to the exact step; the row (step, loss, seconds since `start`, and the validation metrics
     while the run is sane) is appended to its history and returned."""
     window = losses[checked:step + 1].cpu()
@@ -376,6 +376,193 @@ def log_step(run: Run, losses: torch.Tensor, checked: int, step: int, diverge_fa
     run.history.append(row)
     run.steps_done = step
     return row
+
+
+class Member:
+    """One run inside the step loop (`run_steps`): its Run, sampler, optimizer and LR schedule, its row of the
+    loss buffer, its live probes and its rewires, with the checkpoint that resumes it. `train` drives one member;
+    `explorer.batched` drives several that share one stacked forward."""
+
+    def __init__(self, run: Run, optimizer, schedule, batches: _Batches, losses: torch.Tensor,
+                 callbacks: list[Callable[[Event], Any]], live: _LiveProbes | None = None,
+                 planned: dict[int, Any] | None = None):
+        self.run, self.optimizer, self.schedule, self.batches, self.losses = run, optimizer, schedule, batches, losses
+        self.callbacks, self.live, self.planned = callbacks, live, planned or {}
+        self.step = 0  # the step it stands at (the loop's, until it leaves the loop)
+        self.checked = 0  # losses[:checked] are known to be sane
+        self.active = True  # still updated by the loop (not diverged)
+        self.start = time.perf_counter()
+        self.pending: list[tuple[ExperimentSpec, list[Topology]]] = []  # rewires made at this log, swapped after it
+        self.logging = False  # inside a log event, where Run.rewire is allowed
+        run._state = self.state
+        run._rewire = self.rewire_now
+
+    def emit(self, kind: str, step: int, metrics: dict[str, float], probed: dict | None = None) -> None:
+        event = Event(kind, step, metrics, self.run, probed or {})
+        for callback in self.callbacks:
+            callback(event)
+
+    def add_rewire(self, record: dict[str, Any], live: bool = True) -> None:
+        """Rewire at record["step"]; `live` (not a resumed run's record) replaces a pending rewire of the same
+        step and holds the run to MAX_REWIRES."""
+        run = self.run
+        replace = live and bool(self.pending) and run.rewires[-1]["step"] == int(record["step"])
+        if live and not replace and len(run.rewires) >= MAX_REWIRES:
+            raise SpecError("rewire", f"this run has been rewired {len(run.rewires)} times, the most one run may "
+                                      "be; start a new run to keep designing")
+        new_spec = rewired_spec(run.spec, record["topology"])
+        tops = _rewired_topologies(run.model, new_spec, run.data, run.spec.train.seed)
+        if replace:
+            self.pending.pop()
+            run.rewires.pop()
+        self.pending.append((new_spec, tops))
+        run.rewires.append({"step": int(record["step"]), "topology": new_spec.topology.to_dict()})
+        run.spec = new_spec
+
+    def apply_pending(self) -> None:
+        for new_spec, tops in self.pending:
+            _swap_topologies(self.run.model, self.optimizer, self.schedule, new_spec, tops)
+        self.pending.clear()
+
+    def rewire_now(self, topology: dict[str, Any]) -> None:
+        if not self.logging:
+            raise RuntimeError("Run.rewire works only from a callback during a \"log\" event of explorer.train")
+        self.add_rewire({"step": self.step, "topology": topology})
+
+    def state(self) -> dict[str, Any]:
+        run, step = self.run, self.step
+        return {"model": run.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "schedule": self.schedule.state_dict(), "batches": self.batches.state(), "step": step,
+                "checked": min(self.checked, step), "losses": self.losses[:step].cpu(),
+                "history": [row for row in run.history if row["step"] < step], "wall_time": run.wall_time,
+                "initial_topology": run.initial_spec.topology.to_dict(), "rewires": [dict(r) for r in run.rewires],
+                "applied": len(run.rewires) - len(self.pending)}
+
+    def resume(self, state: dict[str, Any]) -> int:
+        """Load a Run.checkpoint() (its rewires first, then the training state); the step to continue from."""
+        restored = list(state.get("rewires", [])) if isinstance(state, dict) else []
+        if restored:
+            applied = int(state.get("applied", len(restored)))
+            for k, record in enumerate(restored):
+                self.add_rewire(record, live=False)
+                if k < applied:
+                    self.apply_pending()
+        self.step, self.checked = _restore(state, self.run, self.run.model, self.optimizer, self.schedule,
+                                           self.batches, self.losses)
+        self.start -= state["wall_time"]
+        return self.step
+
+    def log(self, step: int, notify: bool = True) -> bool:
+        """Record step `step` (probes and planned rewires included); False when the run has diverged by then."""
+        run = self.run
+        row = log_step(run, self.losses, self.checked, step, run.spec.train.diverge_factor, self.start)
+        self.checked = step + 1
+        probed = {}
+        if self.live is not None and run.status != "diverged" and self.live.due(step, step == run.spec.train.steps):
+            probed = self.live.run(run.model, step)
+            run.probe_history.extend({"step": step, "name": name, "result": result} for name, result in probed.items())
+        run.wall_time = time.perf_counter() - self.start
+        self.logging = True
+        try:
+            done = any(r["step"] == step for r in run.rewires)  # a resumed run has it from its checkpoint
+            if step in self.planned and run.status != "diverged" and not done:
+                self.add_rewire({"step": step, "topology": self.planned[step]})
+            if notify:
+                self.emit("log", step, row, probed)
+        finally:
+            self.logging = False
+        return run.status != "diverged"
+
+
+class _Single:
+    """The stepper of one model: its forward on its batch, and its backward."""
+
+    def __init__(self, model: nn.Module, loss_fn: Callable):
+        self.model, self.loss_fn = model, loss_fn
+
+    def train(self) -> None:
+        self.model.train()
+
+    def forward(self, drawn: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        (x, y), = drawn
+        return self.loss_fn(self.model(x), y)
+
+    def backward(self, loss: torch.Tensor, active: list[int]) -> None:
+        loss.backward()
+
+    def finish(self) -> None:
+        pass
+
+
+def run_steps(stepper, members: list[Member], losses: torch.Tensor, stop: threading.Event | None,
+              step: int = 0) -> None:
+    """The step loop of `train` (one member) and `explorer.batched` (a stacked batch), from `step` to the end.
+
+    Each step every member draws its batch, `stepper.forward` gives their losses (one per row of the device
+    buffer `losses`, a scalar for one member), and every logged step (a multiple of train.log_every, and the
+    last) logs each active member. A member that diverges leaves the loop there (the others go on); so does
+    one whose optimizer cannot factorise its statistics (a LinAlgError, as SOAP's eigh on non-finite ones):
+    its update is undefined, so it is diverged at the next step, whose loss stays NaN. `stop`, or StopTraining
+    from a callback, stops every member between steps. `stepper` also gives `train()`, `backward(loss, active)`
+    (every active member's gradient in place, each optimizer's own) and `finish()`.
+    """
+    cfg = members[0].run.spec.train
+    for member in members:
+        member.step = step
+        member.emit("start", step, {})
+    stepper.train()
+    try:
+        while True:
+            loss = stepper.forward([next(member.batches) for member in members])
+            losses[:, step] = loss.detach()
+            active = [member for member in members if member.active]
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                for member in active:
+                    member.active = member.log(step)
+                active = [member for member in active if member.active]
+            if step == cfg.steps:
+                for member in active:
+                    member.run.status = "finished"
+                break
+            if not active:
+                break
+            if stop is not None and stop.is_set():
+                raise StopTraining
+            for member in active:
+                member.apply_pending()
+                member.optimizer.zero_grad(set_to_none=True)
+            stepper.backward(loss, [i for i, member in enumerate(members) if member.active])
+            broken = []
+            for member in active:
+                try:
+                    member.optimizer.step()
+                except torch.linalg.LinAlgError:
+                    broken.append(member)
+                    continue
+                member.schedule.step()
+            step += 1
+            for member in active:
+                member.step = step
+            for member in broken:
+                member.active = False
+                member.log(step)
+            if broken and not any(member.active for member in members):
+                break
+    except StopTraining:
+        for member in members:
+            if member.run.status == "running":
+                member.run.status = "stopped"
+                if not member.run.history or member.run.history[-1]["step"] != step:
+                    member.log(step, notify=False)
+    for member in members:
+        member.apply_pending()  # the model a run ends with is the design `run.spec` says
+    stepper.finish()
+    for member in members:
+        if member.run.status != "diverged":  # a diverged run keeps the time of the log that found it
+            member.run.wall_time = time.perf_counter() - member.start
+        member.emit("end", member.run.steps_done, member.run.final)
+        member.run._rewire = None  # an ended run keeps its checkpoint only: no rewire, no listeners, no probes
+        member.callbacks, member.live = [], None
 
 
 def train(
@@ -399,9 +586,8 @@ def train(
     calling `Run.rewire` at that step's log event would.
     """
     callbacks = list(callbacks or [])
-    schedule_rewires = _check_schedule(rewire or {}, spec.train.steps, spec.train.log_every)
-    restored = list(resume_from.get("rewires", [])) if isinstance(resume_from, dict) else []
-    if restored:  # the run starts from the design it was started with, then changes as it did
+    planned = _check_schedule(rewire or {}, spec.train.steps, spec.train.log_every)
+    if isinstance(resume_from, dict) and resume_from.get("rewires"):  # it starts from the design it started with
         spec = rewired_spec(spec, resume_from.get("initial_topology", spec.topology.to_dict()))
     model, data = build(spec)
     flush_denormals(model)
@@ -409,120 +595,12 @@ def train(
     device = next(model.parameters()).device
     cfg = spec.train
     optimizer, schedule = build_optimizer(model, spec.optim, cfg.steps)
-    loss_fn = loss_function(data.task)
     batches = _Batches(data, cfg.batch_size, is_full_batch(spec.optim), cfg.seed + 1)
     run = Run(spec, model, data, str(device), initial_spec=spec)
-    losses = torch.full((cfg.steps + 1,), float("nan"), device=device)
-    checked = 0  # losses[:checked] are known to be sane
-    start = time.perf_counter()
-    step = 0
-    pending: list[tuple[ExperimentSpec, list[Topology]]] = []  # rewires made at this log event, swapped after it
-    logging = False  # inside a log event, where Run.rewire is allowed
-
-    def add_rewire(record: dict[str, Any], live: bool = True) -> None:
-        """Rewire at record["step"]; `live` (not a resumed run's record) replaces a pending rewire of the same
-        step and holds the run to MAX_REWIRES."""
-        replace = live and bool(pending) and run.rewires[-1]["step"] == int(record["step"])
-        if live and not replace and len(run.rewires) >= MAX_REWIRES:
-            raise SpecError("rewire", f"this run has been rewired {len(run.rewires)} times, the most one run may "
-                                      "be; start a new run to keep designing")
-        new_spec = rewired_spec(run.spec, record["topology"])
-        tops = _rewired_topologies(model, new_spec, data, cfg.seed)
-        if replace:
-            pending.pop()
-            run.rewires.pop()
-        pending.append((new_spec, tops))
-        run.rewires.append({"step": int(record["step"]), "topology": new_spec.topology.to_dict()})
-        run.spec = new_spec
-
-    def apply_pending() -> None:
-        for new_spec, tops in pending:
-            _swap_topologies(model, optimizer, schedule, new_spec, tops)
-        pending.clear()
-
-    def rewire_now(topology: dict[str, Any]) -> None:
-        if not logging:
-            raise RuntimeError("Run.rewire works only from a callback during a \"log\" event of explorer.train")
-        add_rewire({"step": step, "topology": topology})
-
-    run._rewire = rewire_now
-    if restored:
-        applied = int(resume_from.get("applied", len(restored)))
-        for k, record in enumerate(restored):
-            add_rewire(record, live=False)
-            if k < applied:
-                apply_pending()
-    if resume_from is not None:
-        step, checked = _restore(resume_from, run, model, optimizer, schedule, batches, losses)
-        start -= resume_from["wall_time"]
-
-    def state() -> dict[str, Any]:
-        return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
-                "batches": batches.state(), "step": step, "checked": min(checked, step),
-                "losses": losses[:step].cpu(), "history": [row for row in run.history if row["step"] < step],
-                "wall_time": run.wall_time, "initial_topology": run.initial_spec.topology.to_dict(),
-                "rewires": [dict(r) for r in run.rewires], "applied": len(run.rewires) - len(pending)}
-
-    run._state = state
-
-    def emit(kind: str, step: int, metrics: dict[str, float], probed: dict | None = None) -> None:
-        event = Event(kind, step, metrics, run, probed or {})
-        for callback in callbacks:
-            callback(event)
-
-    def log(step: int, notify: bool = True) -> bool:
-        """Record step `step`; return False when the run has diverged by then."""
-        nonlocal checked, logging
-        row = log_step(run, losses, checked, step, cfg.diverge_factor, start)
-        checked = step + 1
-        probed = {}
-        if live is not None and run.status != "diverged" and live.due(step, step == cfg.steps):
-            probed = live.run(model, step)
-            run.probe_history.extend({"step": step, "name": name, "result": result} for name, result in probed.items())
-        run.wall_time = time.perf_counter() - start
-        logging = True
-        try:
-            done = any(r["step"] == step for r in run.rewires)  # a resumed run has it from its checkpoint
-            if step in schedule_rewires and run.status != "diverged" and not done:
-                add_rewire({"step": step, "topology": schedule_rewires[step]})
-            if notify:
-                emit("log", step, row, probed)
-        finally:
-            logging = False
-        return run.status != "diverged"
-
-    emit("start", step, {})
-    model.train()
-    try:
-        while True:
-            x, y = next(batches)
-            loss = loss_fn(model(x), y)
-            losses[step] = loss.detach()
-            if (step % cfg.log_every == 0 or step == cfg.steps) and not log(step):
-                break
-            if step == cfg.steps:
-                run.status = "finished"
-                break
-            if stop is not None and stop.is_set():
-                raise StopTraining
-            apply_pending()
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            try:
-                optimizer.step()
-            except torch.linalg.LinAlgError:  # an optimizer that factorises its statistics (SOAP's eigh) met
-                step += 1  # non-finite ones: the update is undefined, so the run diverged at the next step (its
-                log(step)  # loss, never computed, stays NaN in the buffer)
-                break
-            schedule.step()
-            step += 1
-    except StopTraining:
-        run.status = "stopped"
-        if not run.history or run.history[-1]["step"] != step:
-            log(step, notify=False)
-    apply_pending()  # the model a run ends with is the design `run.spec` says
-    run.wall_time = time.perf_counter() - start
-    emit("end", run.steps_done, run.final)
+    losses = torch.full((1, cfg.steps + 1), float("nan"), device=device)
+    member = Member(run, optimizer, schedule, batches, losses[0], callbacks, live, planned)
+    step = member.resume(resume_from) if resume_from is not None else 0
+    run_steps(_Single(model, loss_function(data.task)), [member], losses, stop, step)
     return run
 
 

@@ -1,6 +1,7 @@
 """Fixtures shared by the test files."""
 
 import ast
+import dataclasses
 import fnmatch
 import functools
 import inspect
@@ -313,3 +314,119 @@ def plain(markdown: str) -> str:
     import re
 
     return re.sub(r"\\(.)", r"\1", markdown).replace("\u2060", "")
+
+
+# ---- the registries' examples, swept by the tests ----------------------------------------------------------------
+# Each model registers a tiny spec (ModelInfo.example) and each topology the parameter values the tests run it with
+# (TopologyInfo.examples). The tests that sweep models, topologies and inits take them from here, and which
+# combinations they run from what the spec accepts, so a new entry is under every sweep without editing a test.
+
+
+def section_id(section: dict) -> str:
+    """A test id for a spec section: its values joined by "-" ({"name": "tau", "value": 0.3} -> "tau-0.3")."""
+    return "-".join(str(value) for value in section.values())
+
+
+def model_examples(transformer: bool | None = None) -> dict[str, dict]:
+    """{model name: {"data": ..., "model": ...}}: every registered model's own tiny spec (ModelInfo.example), its
+    model section naming it; `transformer` keeps the models with (True) or without (False) attention only."""
+    import explorer
+
+    return {name: {"data": dict(entry.info.example["data"]), "model": {"name": name, **entry.info.example["model"]}}
+            for name, entry in explorer.registry("models").items()
+            if transformer is None or entry.info.transformer == transformer}
+
+
+def example_spec(model: str, topology: dict | None = None, init: dict | str | None = None, **model_values) -> dict:
+    """The raw spec (a dict) of `model`'s example under a topology section and an init (a name or a section); the
+    keywords override its model parameters. Sections left out keep the spec's defaults."""
+    raw = model_examples()[model]
+    raw["model"].update(model_values)
+    if topology is not None:
+        raw["topology"] = dict(topology)
+    if init is not None:
+        raw["init"] = {"name": init} if isinstance(init, str) else dict(init)
+    return raw
+
+
+def refusal(raw: dict):
+    """The SpecError with which the spec refuses a raw spec, or None when it is accepted."""
+    import explorer
+
+    try:
+        explorer.ExperimentSpec.from_dict(raw)
+    except explorer.SpecError as refused:
+        return refused
+    return None
+
+
+def topology_examples(model: str | None = None) -> list[dict]:
+    """Every registered topology section with each of the parameter values it declares for the tests; with `model`,
+    those the spec accepts on that model's example."""
+    import explorer
+
+    sections = [{"name": name, **example} for name, entry in explorer.registry("topologies").items()
+                for example in entry.info.examples]
+    return sections if model is None else [t for t in sections if refusal(example_spec(model, t)) is None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Combination:
+    """A model's example under a topology section and an init, as a raw spec, and the spec's SpecError if it
+    refuses them (None when it accepts them)."""
+
+    model: str
+    topology: dict
+    init: str
+    raw: dict
+    refused: Exception | None
+
+
+def combinations(models=None, topologies=None, inits=("default",), **model_values) -> list[Combination]:
+    """Every (model, topology section, init) of the given ones (default: every registered model and every
+    topology example), each with the spec's verdict; the keywords override the models' parameters."""
+    import explorer
+
+    models = list(explorer.registry("models")) if models is None else list(models)
+    topologies = topology_examples() if topologies is None else [dict(t) for t in topologies]
+    inits = list(explorer.registry("inits")) if inits is None else list(inits)
+    found = []
+    for model in models:
+        for topology in topologies:
+            for init in inits:
+                raw = example_spec(model, topology, init, **model_values)
+                found.append(Combination(model, topology, init, raw, refusal(raw)))
+    return found
+
+
+def valid_combinations(*args, **kwargs) -> list[Combination]:
+    """The combinations (as `combinations` takes them) that the spec accepts: the ones a sweep runs."""
+    return [c for c in combinations(*args, **kwargs) if c.refused is None]
+
+
+def refused_combinations(*args, **kwargs) -> list[Combination]:
+    """The combinations (as `combinations` takes them) that the spec refuses: each is tested for its message."""
+    return [c for c in combinations(*args, **kwargs) if c.refused is not None]
+
+
+def vector_models() -> list[str]:
+    """The registered models whose layers each compute on one vector per example (ModelInfo.positions is 1 on
+    their example): one residual stream of vectors, no tokens, patches or pixels."""
+    import explorer
+    from explorer.data import dims
+
+    found = []
+    for model, entry in explorer.registry("models").items():
+        spec = explorer.ExperimentSpec.from_dict(valid_combinations([model])[0].raw)
+        if entry.info.positions(spec.model.params, dims(spec.data).input_shape) == 1:
+            found.append(model)
+    return found
+
+
+def home_topology(model: str) -> dict:
+    """The first topology example the spec accepts on the model's example that has a skip path (what the gated
+    inits need), else the first it accepts (a model without a residual stream)."""
+    import explorer
+
+    accepted = topology_examples(model)
+    return next((t for t in accepted if explorer.registry("topologies")[t["name"]].info.residual), accepted[0])

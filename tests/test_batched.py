@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -21,12 +23,14 @@ BASE = explorer.preset("tau-fig1-1/sqrt(L)").with_values(
 TIGHT, LOOSE = 1e-5, 1e-3
 
 
-def assert_matches_separate(specs):
-    """Every member's status, divergence step and logged metrics equal a separate run's (final weights too, unless it diverged)."""
-    runs = train_batched(specs)
+def assert_matches_separate(specs, **probes):
+    """Every member's status, divergence step and logged metrics equal a separate run's (final weights too, unless it
+    diverged); `probes` (train's probes, probe_every, probe_inputs) run in both, with the same results."""
+    runs = train_batched(specs, **probes)
     assert len(runs) == len(specs)
     for spec, run in zip(specs, runs):
-        alone = explorer.train(spec)
+        alone = explorer.train(spec, **probes)
+        assert_same_probes(run, alone)
         assert run.spec == spec
         assert (run.status, run.diverged_at, run.steps_done) == (alone.status, alone.diverged_at, alone.steps_done)
         assert (run.diverged_loss is None) == (alone.diverged_loss is None)  # the plots mark a divergence from it
@@ -48,9 +52,28 @@ def assert_matches_separate(specs):
         mine, theirs = dict(run.model.named_parameters()), dict(alone.model.named_parameters())
         assert mine.keys() == theirs.keys()
         for name in theirs:  # each tensor as a whole: its small entries carry the drift at a larger relative size
-            error = float((mine[name] - theirs[name]).detach().norm() / theirs[name].detach().norm())
+            # (a tensor that stays near zero, such as a gate that starts at zero, is compared absolutely)
+            error = float((mine[name] - theirs[name]).detach().norm()) / max(float(theirs[name].detach().norm()), 1e-3)
             assert error < LOOSE, (spec.train.seed, name, error)
     return runs
+
+
+def assert_same_probes(run, alone):
+    """The two runs' live probe results: at the same steps, the same names and keys, numbers to the float32 drift
+    of the trajectories (tight at the first log), everything else equal."""
+    assert [(row["step"], row["name"]) for row in run.probe_history] == \
+        [(row["step"], row["name"]) for row in alone.probe_history]
+    first = alone.probe_history[0]["step"] if alone.probe_history else None
+    for row, ref in zip(run.probe_history, alone.probe_history):
+        assert row["result"].keys() == ref["result"].keys(), row["name"]
+        rtol = TIGHT if row["step"] == first else LOOSE
+        for key, expected in ref["result"].items():
+            got, expected = np.asarray(row["result"][key]), np.asarray(expected)
+            assert got.shape == expected.shape, (row["name"], key)
+            if expected.dtype.kind == "f":
+                np.testing.assert_allclose(got, expected, rtol=rtol, atol=1e-5, err_msg=f"{row['name']}.{key}")
+            else:
+                assert np.array_equal(got, expected), (row["name"], key, got, expected)
 
 
 def assert_members_differ(runs):
@@ -127,3 +150,50 @@ def test_refuses_batchnorm():
                                               "train": {"steps": 2, "log_every": 1, "device": "cpu"}})
     with pytest.raises(SpecError, match="BatchNorm"):
         train_batched([spec, spec.with_values({"train.seed": 1})])
+
+
+def test_a_member_whose_optimizer_statistics_break_is_diverged_like_its_separate_run():
+    """SOAP's eigh meets non-finite statistics in one member: that member is diverged at the next step (as
+    explorer.train marks it), the other trains on."""
+    broken = explorer.ExperimentSpec.from_dict({
+        "data": {"name": "spirals", "n_train": 48, "n_val": 16}, "model": {"name": "mlp", "depth": 9, "width": 16},
+        "init": {"name": "normal", "std": 8.56}, "optim": {"name": "soap", "lr": 21.63, "precondition_frequency": 4},
+        "train": {"steps": 6, "batch_size": 16, "seed": 230, "log_every": 1, "device": "cpu"}})
+    sane = broken.with_values({"init.std": 0.1, "optim.lr": 0.01})
+    runs = assert_matches_separate([broken, sane])
+    assert runs[0].status == "diverged" and runs[0].history[-1]["step"] == runs[0].diverged_at
+    assert runs[1].status == "finished" and runs[1].steps_done == 6
+
+
+def test_a_members_checkpoint_resumes_as_its_separate_run():
+    specs = [BASE.with_values({"train.seed": seed, "optim.name": "adam", "optim.lr": 3e-3}) for seed in (0, 1)]
+    saved = {}
+
+    def keep(event):
+        if event.kind == "log" and event.step == 10 and event.run.spec == specs[1]:
+            saved["state"] = copy.deepcopy(event.run.checkpoint())
+            raise explorer.StopTraining
+
+    stopped = train_batched(specs, callbacks=[keep])
+    assert [(run.status, run.steps_done) for run in stopped] == [("stopped", 10)] * 2
+    resumed = explorer.train(specs[1], resume_from=saved["state"])
+    alone = explorer.train(specs[1])
+    assert [row["step"] for row in resumed.history] == [row["step"] for row in alone.history]
+    assert resumed.history[1]["loss"] == pytest.approx(alone.history[1]["loss"], rel=TIGHT)
+    assert resumed.history[-1]["loss"] == pytest.approx(alone.history[-1]["loss"], rel=LOOSE)
+    for p, q in zip(resumed.model.parameters(), alone.model.parameters()):
+        assert float((p - q).detach().norm()) < LOOSE * max(float(q.detach().norm()), 1e-3)
+
+
+def test_a_member_cannot_be_rewired():
+    refused = []
+
+    def rewire(event):
+        if event.kind == "log" and event.step == 10:
+            with pytest.raises(SpecError) as caught:
+                event.run.rewire({"name": "cascaded"})
+            refused.append(caught.value.path)
+
+    runs = train_batched([BASE.with_values({"train.seed": s}) for s in range(2)], callbacks=[rewire])
+    assert refused == ["rewire", "rewire"]
+    assert all(run.rewires == [] and run.spec.topology.name == "tau" for run in runs)

@@ -84,11 +84,11 @@ def test_a_full_batch_optimizer_counts_the_whole_training_set():
 def test_every_probe_declares_what_it_costs_on_every_model():
     """The budget asks each probe its cost (ProbeInfo.cost) and each model its positions (ModelInfo.positions):
     nothing is sized by a name, so every pair has a finite, positive estimate."""
-    from test_budget_rss import SIZES
+    from test_budget_rss import spec_of
 
     probes = explorer.registry("probes")
-    for model, values in SIZES.items():
-        spec = explorer.ExperimentSpec.default().with_values({"model.name": model, **values})
+    for model in explorer.registry("models"):
+        spec = spec_of(model, "adam")
         costs = budget.probe_bytes(spec, {name: {} for name in probes}, 4)
         assert set(costs) == set(probes)
         for name, cost in costs.items():

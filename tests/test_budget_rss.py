@@ -20,6 +20,7 @@ import textwrap
 import pytest
 
 import explorer
+from conftest import example_spec, home_topology, model_examples, vector_models
 from explorer import budget
 
 MB = 1_000_000
@@ -35,7 +36,7 @@ MEASURING = {"OMP_NUM_THREADS": "1", "MALLOC_MMAP_THRESHOLD_": "65536", "MALLOC_
 
 ID = {"data.name": "identity", "data.dim": 128, "data.n_train": 2048, "data.n_val": 256}
 IMAGES = {"data.name": "shapes", "data.size": 16, "data.n_train": 1024, "data.n_val": 256}
-SIZES = {  # a small spec of each model: a second or less per step on one core, tens of megabytes
+SIZES = {  # measured sizes of models (over the default spec): a second or less per step on one core, tens of megabytes
     "linear": {**ID, "model.width": 128, "model.depth": 8},
     "lowrank": {**ID, "model.width": 128, "model.depth": 8},
     "mlp-resnet": {**ID, "model.width": 128, "model.depth": 8},
@@ -46,12 +47,31 @@ SIZES = {  # a small spec of each model: a second or less per step on one core, 
             "model.depth": 2},
     "vit": {**IMAGES, "model.width": 32, "model.depth": 2},
 }
+# A model without SIZES runs its registered example grown: this many times its width (a data dimension tied to the
+# width with it), on this many examples where its dataset takes the counts.
+GROW = 8
+POINTS = {"n_train": 1024, "n_val": 256}
 TRAIN = {"train.steps": 1, "train.log_every": 1, "train.batch_size": 256}  # a step between two validation passes
 
 
 def spec_of(model: str, optimizer: str) -> explorer.ExperimentSpec:
+    """The model's spec in SIZES, else its registered example grown."""
+    if model not in SIZES:
+        return grown(model, optimizer)
     return explorer.ExperimentSpec.default().with_values({"model.name": model, **SIZES[model], **TRAIN,
                                                           "optim.name": optimizer})
+
+
+def grown(model: str, optimizer: str) -> explorer.ExperimentSpec:
+    """The model's registered example at GROW times its width, on POINTS examples."""
+    example = model_examples()[model]
+    raw = example_spec(model, home_topology(model))
+    raw["model"]["width"] *= GROW
+    if raw["data"].get("dim") == example["model"]["width"]:
+        raw["data"]["dim"] *= GROW
+    dataset = explorer.registry("datasets")[raw["data"]["name"]]
+    raw["data"].update({name: n for name, n in POINTS.items() if dataset.param(name)})
+    return explorer.ExperimentSpec.from_dict(raw).with_values({**TRAIN, "optim.name": optimizer})
 
 
 def warm_up_of(spec: explorer.ExperimentSpec) -> explorer.ExperimentSpec:
@@ -107,10 +127,11 @@ CHILD = IN_A_FORK + textwrap.dedent("""
         measured_in_a_fork(label, lambda: explorer.train(warm), lambda _: explorer.train(spec))
 """)
 
-# Every model entry (with Adam: two states per weight) and every optimizer entry (on a dense and a Transformer
-# model): each entry's own memory is measured without the whole cross product's time.
+# Every model entry (with Adam: two states per weight) and every optimizer entry (on the first model of vectors and
+# the first Transformer): each entry's own memory is measured without the whole cross product's time.
+ON_EVERY_OPTIMIZER = (vector_models()[0], next(iter(model_examples(transformer=True))))
 COMBINATIONS = sorted({(m, "adam") for m in explorer.registry("models")}
-                      | {(m, o) for m in ("mlp-resnet", "gpt") for o in explorer.registry("optimizers")})
+                      | {(m, o) for m in ON_EVERY_OPTIMIZER for o in explorer.registry("optimizers")})
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +144,13 @@ def measured() -> dict[str, int | str]:
     return dict(json.loads(line) for line in done.stdout.splitlines() if line.startswith("["))
 
 
-def test_every_model_has_a_small_spec_here():
-    assert set(SIZES) == set(explorer.registry("models")), "give each model a small spec in SIZES"
+def test_every_model_has_a_spec_to_measure():
+    """Every registered model's example grows into an accepted spec GROW times as wide (what a model without SIZES
+    runs); SIZES names registered models only."""
+    for model, example in model_examples().items():
+        assert grown(model, "adam").model.width == GROW * example["model"]["width"], model
+        assert spec_of(model, "adam").model.name == model
+    assert set(SIZES) <= set(explorer.registry("models")), "SIZES names a model that is not registered"
 
 
 @pytest.mark.parametrize("model, optimizer", COMBINATIONS)

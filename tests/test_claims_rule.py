@@ -161,7 +161,9 @@ def test_a_schedule_adds_seeds_until_it_decides_and_the_row_says_why_it_stopped(
         return Verdict(decision, {"difference": diffs}, "", "")
 
     row = _claim(check).run()
-    assert looks == [3, 5] and row["verdict"] == "holds" and len(row["per_seed"]["difference"]) == 5
+    # looks at 3 and 5 seeds, then seed 0 once more for the float-level spread of the decided verdict
+    assert looks == [3, 5, 1] and row["verdict"] == "holds" and len(row["per_seed"]["difference"]) == 5
+    assert row["float_spread"]["survives"] is True
     assert row["mode"] == "full mode, 5 seeds (decided at 5 seeds; schedule 3, 5, 10), cpu scale"
     assert "level 0.0045 (look 1 of 3" in rules[0] and "level 0.008 (look 2 of 3" in rules[1]
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import explorer
+from conftest import section_id, topology_examples
 from explorer.nn import Stack
 
 IMAGES = {"name": "digits-images"}
@@ -46,12 +47,11 @@ def test_resnet20_has_the_papers_structure(shortcut):
     assert model(data.x_train[:2]).shape == (2, classes)
 
 
-# every registered topology that runs outside Transformers, with each example it declares (TopologyInfo.examples)
-TOPOLOGIES = [{"name": name, **example} for name, entry in explorer.registry("topologies").items()
-              if not entry.info.transformer_only for example in entry.info.examples]
+# every topology example (TopologyInfo.examples) the spec accepts on the ResNet
+TOPOLOGIES = topology_examples("resnet-cifar")
 
 
-@pytest.mark.parametrize("topology", TOPOLOGIES, ids=lambda t: "-".join(str(v) for v in t.values()))
+@pytest.mark.parametrize("topology", TOPOLOGIES, ids=section_id)
 @pytest.mark.parametrize("norm", ["batchnorm", "none"])
 def test_every_topology_trains_inside_the_stages(topology, norm):
     """ResNet-20: stages of 3, 2 and 2 blocks under the topology (the examples fit two blocks); without

@@ -305,3 +305,27 @@ def test_the_table_puts_the_verdict_first_in_words_that_say_what_differs_from_wh
         if q.verdict == "n/a":
             assert verdicts[q.name].startswith("not applicable: ") and len(verdicts[q.name]) > 30, verdicts[q.name]
     assert "after training" in verdicts["stream growth, final weights"]
+
+
+@pytest.mark.parametrize("module", ["explorer/diagnosis.py", "explorer/budget.py"])
+def test_the_frameworks_name_no_model_probe_topology_or_init(module):
+    """The diagnosis and the budget read capabilities (the papers' registered rules, the registries' metadata), so a
+    new model or probe never needs a line in them."""
+    from pathlib import Path
+
+    from explorer.registries import registry
+
+    source = (Path(__file__).resolve().parents[1] / module).read_text()
+    named = sorted(name for kind in ("models", "probes", "topologies", "inits") for name in registry(kind).keys()
+                   if re.search(r"[\"']%s[\"']" % re.escape(name), source))
+    assert not named, f"{module} names {named}"
+
+
+def test_every_paper_with_rules_registers_them_once_and_a_second_registration_is_refused():
+    from explorer.diagnosis import register_rules
+    from explorer.papers import PAPERS
+
+    with_rules = [paper.id for paper in PAPERS.values() if paper.diagnosis is not None]
+    assert with_rules == list(PAPERS)  # every paper speaks in the diagnosis
+    with pytest.raises(ValueError, match="registered twice"):
+        register_rules(with_rules[0], lambda context: None)

@@ -4,38 +4,55 @@ import pytest
 import torch
 
 import explorer
+from conftest import combinations, example_spec, home_topology
 
-# every registered model's own tiny spec (ModelInfo.example): (model section, data section)
-VECTOR_MODELS = {name: ({"name": name, **entry.info.example["model"]}, dict(entry.info.example["data"]))
-                 for name, entry in explorer.registry("models").items()}
-# (model, scheme) pairs that do not apply, and must say so with a SpecError at init.name
-ATTENTION_SCHEMES = ("mimetic", "skipless")
-NOT_APPLICABLE = {("allconv", "rezero"), ("allconv", "skipinit")} | {
-    (model, "zero-gamma") for model in ("linear", "lowrank", "mlp-resnet", "mlp", "allconv", "gpt", "vit")} | {
-    (model, scheme) for model in ("linear", "lowrank", "mlp-resnet", "mlp", "resnet-cifar", "allconv")
-    for scheme in ATTENTION_SCHEMES}
+MODELS = explorer.registry("models")
+INITS = explorer.registry("inits")
+
+
+# every registered model's example under its home topology, with every registered scheme
+SWEEP = [c for model in MODELS for c in combinations([model], [home_topology(model)], inits=None)]
+RUNS = [(c.model, c.init) for c in SWEEP if c.refused is None]
+REFUSED = [(c.model, c.init) for c in SWEEP if c.refused is not None]
 
 
 def spec(model="mlp", init=None, topology=None, **train):
-    model_section, data = VECTOR_MODELS[model]
-    topology = topology or {"name": "none" if model == "allconv" else "cascaded"}
+    raw = example_spec(model, topology or home_topology(model), init or {"name": "default"})
     return explorer.ExperimentSpec.from_dict({
-        "data": data, "model": model_section, "init": init or {"name": "default"},
-        "topology": topology, "optim": {"name": "adam", "lr": 0.01},
-        "train": {"steps": 10, "log_every": 5, "batch_size": 16, **train}})
+        **raw, "optim": {"name": "adam", "lr": 0.01}, "train": {"steps": 10, "log_every": 5, "batch_size": 16, **train}})
 
 
-@pytest.mark.parametrize("init", list(explorer.registry("inits")))
-@pytest.mark.parametrize("model", list(VECTOR_MODELS))
+@pytest.mark.parametrize("model, init", RUNS, ids=[f"{m}-{i}" for m, i in RUNS])
 def test_every_scheme_runs_on_every_model(model, init):
-    if (model, init) in NOT_APPLICABLE:
-        with pytest.raises(explorer.SpecError) as err:
-            spec(model, {"name": init})
-        assert err.value.path == "init.name"
-        return
     run = explorer.train(spec(model, {"name": init}))
     assert run.status in ("finished", "diverged")
     assert torch.isfinite(torch.tensor(run.history[0]["loss"]))
+
+
+@pytest.mark.parametrize("model, init", REFUSED, ids=[f"{m}-{i}" for m, i in REFUSED])
+def test_a_scheme_that_does_not_apply_says_so_at_init_name(model, init):
+    """Only a scheme that declares a check (InitInfo.check) refuses a model, in one line naming init.name."""
+    with pytest.raises(explorer.SpecError) as err:
+        spec(model, {"name": init})
+    assert err.value.path == "init.name" and "\n" not in err.value.message
+    assert INITS[init].info.check is not None
+
+
+def test_attention_schemes_apply_exactly_to_the_transformers():
+    attention = {name for name, entry in INITS.items() if entry.info.attention is not None}
+    assert attention, "no scheme fills attention modules"
+    for model, init in RUNS + REFUSED:
+        if init in attention:
+            assert ((model, init) in RUNS) == MODELS[model].info.transformer, (model, init)
+
+
+def test_gated_schemes_apply_exactly_where_there_is_a_skip_path():
+    gated = {name for name, entry in INITS.items() if entry.info.gates}
+    assert gated, "no scheme adds gates"
+    for model, init in RUNS + REFUSED:
+        if init in gated:
+            residual = explorer.registry("topologies")[home_topology(model)["name"]].info.residual
+            assert ((model, init) in RUNS) == residual, (model, init)
 
 
 def test_overrides_give_a_role_another_scheme():

@@ -19,7 +19,8 @@ LAYERS = (
      "explorer.parallel"),
     ("explorer.data", "explorer.nn", "explorer.topology", "explorer.init", "explorer.init_schemes", "explorer.optim",
      "explorer.combinations", "explorer.budget"),
-    ("explorer.training", "explorer.probes", "explorer.plots", "explorer.theory", "explorer.diagnosis"),
+    ("explorer.training", "explorer.probes", "explorer.plots", "explorer.theory", "explorer.diagnosis",
+     "explorer.network_view"),
     ("explorer.papers", "explorer.runs", "explorer.sweeps", "explorer.batched", "explorer.fuzz",
      "explorer.challenge", "explorer.design_widget"),
     ("explorer.cli", "explorer"),  # the command line and the public facade (explorer/__init__.py)

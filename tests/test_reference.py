@@ -8,22 +8,29 @@ import pytest
 import torch
 
 import explorer
+from conftest import example_spec, model_examples, refusal, refused_combinations, section_id, valid_combinations
 from explorer.nn import reference
 
-# every registered model's own tiny spec (ModelInfo.example)
-MODELS = {name: {"data": dict(entry.info.example["data"]), "model": {"name": name, **entry.info.example["model"]}}
-          for name, entry in explorer.registry("models").items()}
-# model variants that take other paths through the reference
-MODEL_VARIANTS = [
-    ("mlp", {"norm": "batchnorm", "bias": False}),
-    ("gpt", {"level": "module"}),
-    ("gpt", {"placement": "post", "norm": "rmsnorm", "positions": "rotary"}),
-    ("gpt", {"placement": "post", "norm": "layernorm", "level": "module"}),
-    ("vit", {"pooling": "mean", "norm": "none"}),
-    ("resnet-cifar", {"shortcut": "pad"}),
-    ("resnet-cifar", {"shortcut": "pool-bn"}),
-    ("resnet-cifar", {"norm": "none"}),
-]
+
+def option_variants() -> list[tuple[str, dict]]:
+    """Model options that take other paths through the reference: every value of each choice and bool parameter
+    of each model other than its example's, one at a time, and two with every parameter moved at once (each
+    to its first other value, each to its last)."""
+    found = []
+    for model, example in model_examples().items():
+        others = {}
+        for param in explorer.registry("models")[model].params:
+            values = param.choices if param.kind == "choice" else (True, False) if param.kind == "bool" else ()
+            current = example["model"].get(param.name, param.default)
+            others[param.name] = [value for value in values if value != current]
+        found += [(model, {name: value}) for name, values in others.items() for value in values]
+        for pick in (0, -1):
+            moved = {name: values[pick] for name, values in others.items() if values}
+            if len(moved) > 1 and (model, moved) not in found:
+                found.append((model, moved))
+    return found
+
+
 TOLERANCE = {"rtol": 1e-9, "atol": 1e-10}
 
 
@@ -36,40 +43,14 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def examples() -> list[dict]:
-    """Every registered topology with each of the parameter values it registered for the tests."""
-    return [{"name": name, **example} for name, entry in explorer.registry("topologies").items()
-            for example in entry.info.examples]
-
-
-def raw_spec(model: str, topology: dict, init: str = "default", **model_values) -> dict:
-    raw = copy.deepcopy(MODELS[model])
-    raw["model"].update(model_values)
-    raw.update(topology=topology, init={"name": init})
-    return raw
-
-
-def refusal(model: str, topology: dict, **model_values) -> explorer.SpecError | None:
-    """The SpecError with which the spec refuses this model and topology, or None when it builds."""
-    try:
-        explorer.ExperimentSpec.from_dict(raw_spec(model, topology, **model_values))
-    except explorer.SpecError as refused:
-        return refused
-    return None
-
-
 # every (model, topology example) pair the spec accepts; the others are checked to be refused in one line
-PAIRS = [(model, topology) for model in MODELS for topology in examples() if refusal(model, topology) is None]
-REFUSED = [(model, topology) for model in MODELS for topology in examples() if refusal(model, topology) is not None]
-
-
-def section_id(section: dict) -> str:
-    return "-".join(str(value) for value in section.values())
+PAIRS = [(c.model, c.topology) for c in valid_combinations()]
+REFUSED = refused_combinations()
 
 
 def build(model: str, topology: dict, seed: int = 0, init: str = "default", **model_values):
     """(spec, float64 model with every parameter perturbed, a few inputs)."""
-    spec = explorer.ExperimentSpec.from_dict(raw_spec(model, topology, init, **model_values))
+    spec = explorer.ExperimentSpec.from_dict(example_spec(model, topology, init, **model_values))
     net, data = explorer.build(spec, device="cpu")
     net = net.double()
     gen = torch.Generator().manual_seed(seed)
@@ -114,14 +95,15 @@ def test_the_reference_is_the_model(model, topology):
     assert_same(*build(model, topology))
 
 
-@pytest.mark.parametrize("model, topology", REFUSED, ids=[f"{m}-{section_id(t)}" for m, t in REFUSED])
-def test_a_pair_the_spec_refuses_is_one_line_naming_a_field(model, topology):
-    refused = refusal(model, topology)
+@pytest.mark.parametrize("combination", REFUSED, ids=lambda c: f"{c.model}-{section_id(c.topology)}")
+def test_a_pair_the_spec_refuses_is_one_line_naming_a_field(combination):
+    refused = combination.refused
     assert refused.path.split(".")[0] in ("model", "topology", "data", "init") and "\n" not in refused.message
 
 
-VARIANTS = [(model, values, topology) for model, values in MODEL_VARIANTS
-            for topology in ("cascaded", "ancre", "grn-v3", "dca") if refusal(model, {"name": topology}, **values) is None]
+VARIANTS = [(model, values, topology) for model, values in option_variants()
+            for topology in ("cascaded", "ancre", "grn-v3", "dca")
+            if refusal(example_spec(model, {"name": topology}, **values)) is None]
 
 
 @pytest.mark.parametrize("model, values, topology", VARIANTS, ids=str)
@@ -129,7 +111,17 @@ def test_the_reference_follows_the_model_options(model, values, topology):
     assert_same(*build(model, {"name": topology}, **values))
 
 
-@pytest.mark.parametrize("model, values", [("mlp", {"norm": "batchnorm"}), ("gpt", {}), ("resnet-cifar", {})], ids=str)
+def batch_norm_variant(model: str) -> dict:
+    """The model's options with BatchNorm wherever a choice offers it (its other options as in its example)."""
+    return {p.name: "batchnorm" for p in explorer.registry("models")[model].params
+            if p.kind == "choice" and "batchnorm" in p.choices}
+
+
+GATED = [(c.model, batch_norm_variant(c.model))
+         for c in valid_combinations(topologies=[{"name": "cascaded"}], inits=["rezero"])]
+
+
+@pytest.mark.parametrize("model, values", GATED, ids=str)
 def test_gated_branches_and_eval_mode(model, values):
     """ReZero's gates multiply each branch; in eval mode BatchNorm reads its running averages."""
     spec, net, x = build(model, {"name": "cascaded"}, init="rezero", **values)
@@ -137,12 +129,17 @@ def test_gated_branches_and_eval_mode(model, values):
     assert_same(spec, net.eval(), x)
 
 
+def first_model(topology: dict) -> str:
+    """The first registered model the spec accepts under this topology section."""
+    return valid_combinations(topologies=[topology])[0].model
+
+
 @pytest.mark.parametrize("topology", ["tau", "shortcuts", "ancre", "grn-v1", "grn-v3", "dca"])
 def test_a_wrong_coefficient_is_seen(topology):
     """The comparison can fail: the reference read from a copy whose most influential topology coefficient
     moved by 1e-4 (for shortcuts: one shortcut left out) differs from the model."""
-    model = "gpt" if topology == "dca" else "mlp-resnet"
-    spec, net, x = build(model, {"name": topology, **({"learnable": True} if topology == "tau" else {})})
+    section = {"name": topology, **({"learnable": True} if topology == "tau" else {})}
+    spec, net, x = build(first_model(section), section)
     out = net(x)
     moved = copy.deepcopy(net)
     if topology == "shortcuts":
@@ -160,7 +157,7 @@ def test_a_wrong_coefficient_is_seen(topology):
 
 def test_a_wrong_mixing_fails_the_comparison(monkeypatch):
     """tau written as the plain residual (tau dropped) is caught, outputs and all."""
-    spec, net, x = build("mlp-resnet", {"name": "tau", "value": 0.5})
+    spec, net, x = build(first_model({"name": "tau"}), {"name": "tau", "value": 0.5})
     assert_same(spec, net, x)
     monkeypatch.setitem(reference.MIXINGS, "tau", reference.MIXINGS["cascaded"])
     with pytest.raises(AssertionError):

@@ -329,7 +329,7 @@ def test_migrations_bring_an_old_store_forward(home, monkeypatch):
         conn.execute("ALTER TABLE runs ADD COLUMN notes TEXT DEFAULT 'none'")
         conn.execute("CREATE TABLE tags (run_id TEXT NOT NULL, tag TEXT NOT NULL)")
 
-    monkeypatch.setattr(runs, "MIGRATIONS", [*runs.MIGRATIONS, v2])
+    monkeypatch.setattr("explorer.runs.store.MIGRATIONS", [*runs.MIGRATIONS, v2])
     new = RunStore(home)
     assert new.version == current + 1
     db = sqlite3.connect(new.db_path)
@@ -354,7 +354,7 @@ def test_version_zero_database_failed_migration_and_newer_schema(tmp_path, monke
         conn.execute("CREATE TABLE half_done (x)")
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(runs, "MIGRATIONS", [*runs.MIGRATIONS, broken])
+    monkeypatch.setattr("explorer.runs.store.MIGRATIONS", [*runs.MIGRATIONS, broken])
     with pytest.raises(RuntimeError, match="boom"):
         RunStore(root)
     monkeypatch.undo()

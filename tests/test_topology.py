@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import explorer
+from conftest import model_examples, topology_examples, valid_combinations, vector_models
 from explorer.topology import parse_shortcuts
 
 SMALL = {"data": {"name": "whitened-regression", "dim": 6, "n_train": 12, "n_val": 8, "rank": 3},
@@ -19,16 +20,14 @@ SMALL = {"data": {"name": "whitened-regression", "dim": 6, "n_train": 12, "n_val
          "init": {"name": "normal", "std": 0.3}, "optim": {"name": "gd", "lr": 0.01},
          "train": {"steps": 5, "log_every": 1}}
 
-MODELS = {
-    "linear": {"name": "linear", "depth": 4, "width": 6},
-    "lowrank": {"name": "lowrank", "depth": 4, "width": 6, "rank": 2},
-    "mlp": {"name": "mlp", "depth": 4, "width": 6},
-    "mlp-resnet": {"name": "mlp-resnet", "depth": 5, "width": 6},
-}
+
+# every registered model with one residual stream of vectors, at the sizes of SMALL (its example's other values)
+MODELS = {name: {**model_examples()[name]["model"], "depth": SMALL["model"]["depth"], "width": SMALL["model"]["width"]}
+          for name in vector_models()}
 TOPOLOGIES = explorer.registry("topologies")
-# every registered topology that runs on these (non-Transformer) models, with each example it declares
-ALL_TOPOLOGIES = [{"name": name, **example} for name, entry in TOPOLOGIES.items() if not entry.info.transformer_only
-                  for example in entry.info.examples]
+# every topology example the spec accepts on these models, and every (model, topology example) pair it accepts
+PAIRS = [(c.model, c.topology) for c in valid_combinations(MODELS)]
+ALL_TOPOLOGIES = [t for t in topology_examples() if all((model, t) in PAIRS for model in MODELS)]
 
 
 def ids(topology):
@@ -37,8 +36,9 @@ def ids(topology):
 
 def spec_for(model="linear", topology=None, **extra):
     raw = {**SMALL, "model": MODELS[model], "topology": topology or {"name": "cascaded"}, **extra}
-    if model in ("mlp", "mlp-resnet"):
-        raw["data"] = {"name": "spirals", "n_train": 32, "n_val": 16}
+    data = model_examples()[model]["data"]
+    if data["name"] != SMALL["data"]["name"]:  # a model of another task: its example's data, a few more points
+        raw["data"] = {**data, "n_train": 32, "n_val": 16}
         raw["init"] = {"name": "kaiming"}
     return explorer.ExperimentSpec.from_dict(raw)
 
@@ -57,8 +57,7 @@ def test_same_seed_same_block_weights_whatever_the_topology(model_name):
             assert torch.equal(weights[name], reference[name]), (topology, name)
 
 
-@pytest.mark.parametrize("topology", ALL_TOPOLOGIES, ids=ids)
-@pytest.mark.parametrize("model_name", list(MODELS))
+@pytest.mark.parametrize("model_name, topology", PAIRS, ids=[f"{m}-{ids(t)}" for m, t in PAIRS])
 def test_every_topology_runs_and_answers_its_coefficients(model_name, topology):
     """A finite output of the model's shape, (L+1) x (L+1) coefficients in a known basis, one branch scale
     per block, and the batch's weights recorded exactly when the topology depends on the input."""
@@ -273,12 +272,11 @@ def test_parse_shortcuts():
 
 
 def test_roles_cover_every_parameter():
-    for model_name in MODELS:
-        for topology in ALL_TOPOLOGIES:
-            model, _ = explorer.build(spec_for(model_name, topology))
-            roles = explorer.roles(model)
-            assert set(roles) == {n for n, _ in model.named_parameters()}
-            assert {r for n, r in roles.items() if ".topology." in f".{n}"} <= {"mix", "scale"}
+    for model_name, topology in PAIRS:
+        model, _ = explorer.build(spec_for(model_name, topology))
+        roles = explorer.roles(model)
+        assert set(roles) == {n for n, _ in model.named_parameters()}
+        assert {r for n, r in roles.items() if ".topology." in f".{n}"} <= {"mix", "scale"}
     roles = explorer.roles(explorer.build(spec_for("lowrank"))[0])
     assert sorted(set(roles.values())) == ["stem.in", "stem.out"]
     roles = explorer.roles(explorer.build(spec_for("mlp-resnet"))[0])

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import explorer
+from conftest import example_spec, model_examples, section_id, valid_combinations, vector_models
 from explorer.training import loss_function
 
 TINY = {"data": {"name": "whitened-regression", "dim": 4, "n_train": 16, "n_val": 8, "rank": 2},
@@ -204,21 +205,26 @@ def test_a_preset_of_each_data_set_trains_at_full_data_scale(name):
     assert math.isfinite(run.history[0]["loss"]) and math.isfinite(run.history[0]["val_loss"])
 
 
-# every registered topology that runs outside Transformers, with each example it declares (TopologyInfo.examples)
-TOPOLOGIES = [{"name": name, **example} for name, entry in explorer.registry("topologies").items()
-              if not entry.info.transformer_only for example in entry.info.examples]
+# every (model, topology example) pair the spec accepts, over the models of one stream of vectors
+PAIRS = [(c.model, c.topology) for c in valid_combinations(vector_models())]
+WIDTH = 16
 
 
-@pytest.mark.parametrize("topology", TOPOLOGIES, ids=lambda t: "-".join(str(v) for v in t.values()))
-@pytest.mark.parametrize("model", ["linear", "lowrank", "mlp-resnet", "mlp"])
+def trained_spec(model: str, topology: dict) -> explorer.ExperimentSpec:
+    """The model's example at width 16 (a data dimension tied to the width with it) on 64 training points."""
+    raw = example_spec(model, topology, "kaiming", width=WIDTH)
+    example = model_examples()[model]
+    if example["data"].get("dim") == example["model"]["width"]:
+        raw["data"]["dim"] = WIDTH
+    dataset = explorer.registry("datasets")[raw["data"]["name"]]
+    raw["data"].update({name: n for name, n in (("n_train", 64), ("n_val", 16)) if dataset.param(name)})
+    return explorer.ExperimentSpec.from_dict({**raw, "optim": {"name": "adam", "lr": 0.01},
+                                              "train": {"steps": 20, "log_every": 5, "batch_size": 16}})
+
+
+@pytest.mark.parametrize("model, topology", PAIRS, ids=[f"{m}-{section_id(t)}" for m, t in PAIRS])
 def test_every_topology_trains_on_every_model(model, topology):
-    data = {"name": "whitened-regression", "dim": 6, "n_train": 16, "n_val": 8} if model in ("linear", "lowrank") \
-        else {"name": "spirals", "n_train": 64, "n_val": 16}
-    spec = explorer.ExperimentSpec.from_dict({
-        "data": data, "model": {"name": model, "depth": 3, "width": 6 if model in ("linear", "lowrank") else 16},
-        "init": {"name": "kaiming"}, "topology": topology,
-        "optim": {"name": "adam", "lr": 0.01}, "train": {"steps": 20, "log_every": 5, "batch_size": 16}})
-    run = explorer.train(spec)
+    run = explorer.train(trained_spec(model, topology))
     assert run.status == "finished"
     assert run.history[-1]["loss"] < run.history[0]["loss"]
 

@@ -9,6 +9,7 @@ import torch
 from torch.nn import functional as F
 
 import explorer
+from conftest import model_examples, section_id, topology_examples
 from explorer.data import text
 from explorer.init_schemes import mimetic_qk_, orthogonal_vo_, suo_
 from explorer.nn.transformer import Attention, Rotary, TransformerBlock
@@ -17,15 +18,18 @@ TEXT = {"name": "text", "context": 16, "max_chars": 20_000}
 IMAGES = {"name": "shapes", "size": 16, "n_train": 64, "n_val": 16}
 GPT = {"name": "gpt", "depth": 3, "width": 16, "heads": 2, "mlp_ratio": 2.0}
 VIT = {"name": "vit", "depth": 3, "width": 16, "heads": 2, "mlp_ratio": 2.0, "patch": 4}
-# every registered topology with each example it declares (TopologyInfo.examples)
-TOPOLOGIES = [{"name": name, **example} for name, entry in explorer.registry("topologies").items()
-              for example in entry.info.examples]
+SIZED = {GPT["name"]: (TEXT, GPT), VIT["name"]: (IMAGES, VIT)}  # (data, model) sections of these models
+# every registered Transformer (ModelInfo.transformer), and every topology with each example it declares
+TRANSFORMERS = list(model_examples(transformer=True))
+TOPOLOGIES = topology_examples()
 
 
 def spec(model="gpt", topology=None, init=None, steps=3, **model_params):
-    model_section = {**(GPT if model == "gpt" else VIT), **model_params}
+    """A spec of the model at the sizes above; a Transformer without them runs at its registered example's."""
+    example = model_examples()[model]
+    data, model_section = SIZED.get(model, (example["data"], example["model"]))
     return explorer.ExperimentSpec.from_dict({
-        "data": TEXT if model == "gpt" else IMAGES, "model": model_section,
+        "data": data, "model": {**model_section, **model_params},
         "topology": topology or {"name": "cascaded"}, "init": init or {"name": "default"},
         "optim": {"name": "adamw", "lr": 1e-3}, "train": {"steps": steps, "batch_size": 8, "log_every": 1}})
 
@@ -155,7 +159,7 @@ def test_skipless_has_no_residual_anywhere_while_block_level_none_keeps_the_inne
         assert not torch.allclose(none_block(idx), skipless(idx), atol=1e-3)
 
 
-@pytest.mark.parametrize("model", ["gpt", "vit"])
+@pytest.mark.parametrize("model", TRANSFORMERS)
 @pytest.mark.parametrize("k", [0, 1, 2])
 def test_dca_is_exactly_the_standard_transformer_at_init(model, k):
     standard, x = built(spec(model))
@@ -266,8 +270,8 @@ def test_transformer_block_is_what_the_block_adds():
 
 
 # ---------------------------------------------------------------------------- every topology and init trains
-@pytest.mark.parametrize("model", ["gpt", "vit"])
-@pytest.mark.parametrize("topology", TOPOLOGIES, ids=lambda t: "-".join(str(v) for v in t.values()))
+@pytest.mark.parametrize("model", TRANSFORMERS)
+@pytest.mark.parametrize("topology", TOPOLOGIES, ids=section_id)
 @pytest.mark.parametrize("level", ["block", "module"])
 def test_every_topology_trains_at_both_levels(model, topology, level):
     if explorer.registry("topologies")[topology["name"]].info.separate_qkv_inputs and level == "module":
@@ -281,7 +285,7 @@ def test_every_topology_trains_at_both_levels(model, topology, level):
     assert run.history[-1]["step"] == 3
 
 
-@pytest.mark.parametrize("model", ["gpt", "vit"])
+@pytest.mark.parametrize("model", TRANSFORMERS)
 @pytest.mark.parametrize("init", ["idinit", "skipless", "mimetic", "zero", "fixup", "rezero", "xavier"])
 @pytest.mark.parametrize("topology", [{"name": "cascaded"}, {"name": "skipless"}, {"name": "dca", "k": 1}])
 def test_transformer_inits_train_under_each_kind_of_topology(model, init, topology):

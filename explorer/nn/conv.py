@@ -9,7 +9,8 @@ channels concatenated). Every other block runs under the spec's topology, one St
 A tau topology (fixed or learnable) is shared by all stages and also scales the transition
 blocks' branches, relu(shortcut(x) + tau f(x)), as the official code scales every block
 (`bn2(out) * tau`); a learnable tau is one scalar for the whole network (tau paper, Sec. 5.2);
-rules such as 1/sqrt(L) use L = 3n residual blocks.
+rules such as 1/sqrt(L) use L = 3n residual blocks. Without normalisation (norm "none") every branch is
+the tau paper's no-BN branch, with its four scalar biases (BasicBlock).
 """
 
 from __future__ import annotations
@@ -45,7 +46,20 @@ def norm2d(kind: str, channels: int) -> nn.Module:
 
 
 class BasicBlock(nn.Module):
-    """The residual branch conv3x3 - norm - relu - conv3x3 - norm (the merge's ReLU is the main stem's)."""
+    """The residual branch conv3x3 - norm - relu - conv3x3 - norm (the merge's ReLU is the main stem's).
+
+    Without normalisation it is the tau paper's no-BN branch ("Stability and Convergence Theory for
+    Learning ResNet: A Full Characterization", Sec. 5.2: learnable scalar biases after Fixup, Zhang et al.
+    2019, Sec. 3), placed as its official code (dayu11/tau-ResNet, BasicBlock_NoBN) places them: four
+    scalars, 0 at init, around each convolution,
+
+        f(x) = conv2(relu(conv1(x + b_1a) + b_1b) + b_2a) + b_2b
+
+    so at b = 0 it is conv2(relu(conv1(x))). The biases have the role "scale": they learn at the scalar
+    learning rate (explorer.optim), a tenth, as in that section.
+    """
+
+    BIASES = ("bias1a", "bias1b", "bias2a", "bias2b")
 
     def __init__(self, c_in: int, c_out: int, norm: str, stride: int = 1):
         super().__init__()
@@ -53,6 +67,12 @@ class BasicBlock(nn.Module):
         self.norm1 = norm2d(norm, c_out)
         self.conv2 = Conv(c_out, c_out, 3, "stem.out")
         self.norm2 = norm2d(norm, c_out)
+        self.scalar_biases = norm == "none"
+        if self.scalar_biases:
+            for name in self.BIASES:
+                setattr(self, name, nn.Parameter(torch.zeros(())))
+            self.ROLES = dict.fromkeys(self.BIASES, "scale")
+            self.register_load_state_dict_pre_hook(_zero_missing_biases)
 
     @property
     def end_norm(self) -> nn.Module | None:
@@ -60,7 +80,15 @@ class BasicBlock(nn.Module):
         return self.norm2 if isinstance(self.norm2, nn.BatchNorm2d) else None
 
     def forward(self, x):
+        if self.scalar_biases:
+            return self.conv2(torch.relu(self.conv1(x + self.bias1a) + self.bias1b) + self.bias2a) + self.bias2b
         return self.norm2(self.conv2(torch.relu(self.norm1(self.conv1(x)))))
+
+
+def _zero_missing_biases(block: BasicBlock, state_dict: dict, prefix: str, *rest) -> None:
+    """A no-BN block's state without its four biases (a branch without them) loads them as 0, the same function."""
+    if not any(prefix + name in state_dict for name in block.BIASES):
+        state_dict.update({prefix + name: torch.zeros(()) for name in block.BIASES})
 
 
 class Transition(nn.Module):
@@ -128,7 +156,8 @@ def _pixels(params: dict, shape: tuple[int, ...]) -> int:
     "resnet-cifar",
     "CIFAR ResNet-(6n+2): 3 stages of n basic blocks, the topology inside each stage",
     (
-        Param("norm", "choice", "batchnorm", "normalisation in each branch", choices=("batchnorm", "none")),
+        Param("norm", "choice", "batchnorm", "normalisation in each branch (none: the tau paper's no-BN branch "
+                                             "with four learnable scalar biases)", choices=("batchnorm", "none")),
         Param("shortcut", "choice", "projection", "shortcut of the resolution-halving blocks: 1x1 projection, "
                                                    "zero-padding (He et al. option A), or pool-bn (the tau paper's code: "
                                                    "stride-2 average pool, BatchNorm, zero channels)",

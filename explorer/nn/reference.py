@@ -179,7 +179,11 @@ def transformer_branch(block: nn.Module, x: torch.Tensor, k_in=None, v_in=None) 
 
 def basic_block(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The ResNet branch conv3x3 - BN - ReLU - conv3x3 - BN (He et al. 2016, Figure 2; the ReLU after the
-    addition is the main stem's)."""
+    addition is the main stem's). Without BN, the tau paper's no-BN branch (Sec. 5.2, as its official code
+    places the four scalar biases): conv2(relu(conv1(x + b_1a) + b_1b) + b_2a) + b_2b."""
+    if block.scalar_biases:
+        h = torch.relu(conv(block.conv1, x + block.bias1a) + block.bias1b)
+        return conv(block.conv2, h + block.bias2a) + block.bias2b
     return batch_norm(block.norm2, conv(block.conv2, torch.relu(batch_norm(block.norm1, conv(block.conv1, x)))))
 
 
@@ -301,15 +305,24 @@ def first_and_last_k(k: int, outputs: list[torch.Tensor], b: torch.Tensor):
     return sources, slots
 
 
-def grn_mix(sources, weights, gate=None) -> torch.Tensor:
+def rms_normalized(g: torch.Tensor) -> torch.Tensor:
+    """g / sqrt(mean(g^2) + eps) over the features (channels of images, else the last axis), eps the dtype's
+    machine epsilon: RMSNorm (Zhang and Sennrich 2019) with its scale at 1."""
+    axis = 1 if g.dim() == 4 else -1
+    return g / torch.sqrt(g.square().mean(axis, keepdim=True) + torch.finfo(g.dtype).eps)
+
+
+def grn_mix(sources, weights, gate=None, source_norm: str = "none") -> torch.Tensor:
     """sum_i G_i * (b_i + relu(w^T G_i)): the generalized residual mix (DCA Sec. 3.1). b_i is a scalar
     (GRN-v1) or per-feature (v2, v3); the gate w (v3, DCA) gives one input-dependent weight per source and
-    example (and position), shared across features."""
+    example (and position), shared across features. source_norm "rms": the gate reads each source
+    RMS-normalised, relu(w^T rms(G_i)) (the unofficial lucidrains/deep-cross-attention), the mix G_i itself."""
     total = 0
     for g, b in zip(sources, weights):
         weight = per_feature(b, g)
         if gate is not None:
-            weight = weight + torch.relu((g * per_feature(gate, g)).sum(1 if g.dim() == 4 else -1, keepdim=True))
+            seen = rms_normalized(g) if source_norm == "rms" else g
+            weight = weight + torch.relu((seen * per_feature(gate, g)).sum(1 if g.dim() == 4 else -1, keepdim=True))
         total = total + g * weight
     return total
 
@@ -324,7 +337,9 @@ def grn(topology, x0, blocks, acts):
 
     def mix(t):  # destination t + 1 (t = L: the output) reads weight row t
         sources, slots = first_and_last_k(topology.k, outputs, topology.weights[t])
-        return grn_mix(sources, slots, topology.gates[t] if topology.version == 3 else None)
+        if topology.version != 3:
+            return grn_mix(sources, slots)
+        return grn_mix(sources, slots, topology.gates[t], topology.source_norm)
 
     for t, (f, act) in enumerate(zip(blocks, acts)):
         inp = mix(t)
@@ -339,10 +354,11 @@ def dca(topology, x0, blocks, acts):
     the output is one more GRN-v3 mix of G_{L+1}."""
     outputs = [x0]
     for t, (f, act) in enumerate(zip(blocks, acts)):
-        q, k, v = (grn_mix(*first_and_last_k(topology.k, outputs, topology.weights[m, t]), topology.gates[m, t])
-                   for m in range(3))
+        q, k, v = (grn_mix(*first_and_last_k(topology.k, outputs, topology.weights[m, t]), topology.gates[m, t],
+                           topology.source_norm) for m in range(3))
         outputs.append(act(q + f(q, k, v)) - q)
-    return grn_mix(*first_and_last_k(topology.k, outputs, topology.out_weights), topology.out_gates)
+    return grn_mix(*first_and_last_k(topology.k, outputs, topology.out_weights), topology.out_gates,
+                   topology.source_norm)
 
 
 # --------------------------------------------------------------------------------------

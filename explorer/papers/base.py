@@ -1,5 +1,5 @@
-"""The papers and presets registries (each paper module registers its `Paper` record, with its presets),
-the papers' run cache, and the runner that trains a claim's runs as independent jobs.
+"""The papers and presets registries (each paper module registers its `Paper` record, with its presets and its
+diagnosis rules), the papers' run cache, and the runner that trains a claim's runs as independent jobs.
 
 The claims and the notebooks share their runs through `cached`: one least-recently-used cache for every
 paper, bounded by EXPLORER_PAPERS_CACHE_MB (default 256) of model weights, data and results, so a process
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from explorer.cache import LRUCache, megabytes_setting
+from explorer.diagnosis import Context, register_rules
 from explorer.parallel import Workers
 from explorer.registries import Entry, Registry, SpecError
 
@@ -74,6 +75,11 @@ class Paper:
     equations: tuple[tuple[str, str], ...]  # the equations its claims test: (what it says (markdown), LaTeX)
     notebook: str  # the notebook that walks through its claims, from the project folder
     presets: dict[str, tuple[str, dict]]  # its experiments at CPU scale: name -> (description, spec dict)
+    # its rules for explorer.diagnose: rules(context) adds quantities and explanations (explorer.diagnosis.Context);
+    # diagnosis_probes(jacobian) and diagnosis_batch_probes: the probes they run, for the memory check
+    diagnosis: Callable[[Context], None] | None = None
+    diagnosis_probes: Callable[[bool], dict[str, dict]] | None = None
+    diagnosis_batch_probes: dict[str, dict] = field(default_factory=dict)
 
 
 PAPERS: dict[str, Paper] = {}  # id -> Paper, in the order of their notebooks (explorer.papers imports them so)
@@ -84,6 +90,8 @@ def register_paper(paper: Paper) -> Paper:
     if paper.id in PAPERS:
         raise ValueError(f"paper {paper.id!r} is registered twice")
     PAPERS[paper.id] = paper
+    if paper.diagnosis is not None:
+        register_rules(paper.id, paper.diagnosis, paper.diagnosis_probes, paper.diagnosis_batch_probes)
     for name, (description, spec_dict) in paper.presets.items():
         PRESETS.register(name, description, paper=paper.id)(_loader(spec_dict))
     return paper

@@ -883,6 +883,30 @@ def figure(row: dict):
     return plots.claim_figure(row)
 
 
+def steps_saved(run, reference, key: str = "val_loss") -> float:
+    """The share of its training steps `run` saves to match `reference` (two runs of the same length T, their
+    `key` logged along the way): when `run` ends at or below the reference's final value L, 1 - t / T with t the
+    first logged step at which `run` reaches L (the papers' "matches the perplexity of ... using 34.3% fewer
+    training iterations"); when it ends above, minus the same share for the reference reaching `run`'s final
+    value. NaN when a final value is missing or not finite."""
+
+    def curve(r):
+        return [(int(row["step"]), float(row[key])) for row in r.history
+                if row.get(key) is not None and math.isfinite(float(row[key]))]
+
+    mine, theirs = curve(run), curve(reference)
+    if not mine or not theirs or mine[-1][0] != run.steps_done or theirs[-1][0] != reference.steps_done:
+        return math.nan  # a run without a final value (diverged, or never logged)
+    total = max(run.steps_done, 1)
+
+    def first_at(points, level):
+        return next(step for step, value in points if value <= level)  # the final point reaches it at least
+
+    if mine[-1][1] <= theirs[-1][1]:
+        return 1 - first_at(mine, theirs[-1][1]) / total
+    return -(1 - first_at(theirs, mine[-1][1]) / total)
+
+
 def seeded(spec, seed: int):
     """`spec` with train.seed = `seed` (the model's init and the batch order; the dataset stays the same)."""
     return spec.with_values({"train.seed": seed})

@@ -1,8 +1,19 @@
-"""Stability and convergence of ResNets with tau (003_06d439c80f1c5a4d.txt): Figure 1 at CPU scale.
+"""Stability and convergence of ResNets with tau ("Stability and Convergence Theory for Learning ResNet: A Full
+Characterization"): Figure 1 at CPU scale.
 
 The Section 2 MLP-ResNet of width 128 with Kaiming N(0, 2/m) initialisation, on sklearn's
 digits instead of MNIST, SGD with batches of 256. Depth is a knob: --set model.depth=N.
 """
+
+import math
+
+from explorer import theory
+from explorer.diagnosis import Context, Quantity, Rule, device_of, stream_growth, times
+from explorer.papers.base import Paper, cached_jobs, preset, register_paper, train_all
+from explorer.papers.claims import Decision, Verdict, claim, combine, decide, decide_all
+from explorer.probes import probe
+from explorer.probes.probes import stacks
+from explorer.training import build, train
 
 
 def _mlp_resnet(topology: dict) -> dict:
@@ -60,12 +71,159 @@ PRESETS.update({
 # `expected`) before any number is read. The helpers below are cached per configuration, so the
 # notebook (notebooks/04_tau.ipynb) and the claims train each configuration once per process.
 
-import math  # noqa: E402
 
-from explorer.papers.base import Paper, cached_jobs, preset, register_paper, train_all
-from explorer.probes import probe
-from explorer.training import build, train
-from explorer.papers.claims import Decision, Verdict, claim, combine, decide, decide_all  # noqa: E402
+# ---- the paper's rules for explorer.diagnose ------------------------------------------------------------------------
+
+TAU_PAPER = "tau paper (Stability and Convergence Theory for Learning ResNet)"
+TAU_PAPER_LR = 0.001  # its Figure 1's learning rate (Sec. 5.1)
+
+
+def _diagnosis(context: Context) -> None:
+    """Theorem 1 (Sec. 3.1) and Theorem 4 (Sec. 3.3, App. G) on the paper's model h_l = relu(h_{l-1} + tau W_l h_{l-1})
+    (model mlp-resnet with the tau or the cascaded topology, tau = 1): the forward process is bounded for
+    tau <= 1/sqrt(L) and grows with depth above it. The growth ||h_n|| / ||h_0|| over the n residual blocks is set
+    against `theory.predicted_norm_growth` (square roots of its bounds on the squared norm); the rule explains a
+    divergence when tau > 1/sqrt(L) and the measured growth exceeds the most the bounded regime allows, the upper
+    bound at tau = 1/sqrt(L). The learning rate is a setting the paper fixes (lr 0.001, Sec. 5.1) and the presets
+    do not (0.01): the notes say which one the run used and what the same rule does at the other. Also the stream
+    on the final weights and Theorem 3's backward process (the gradient norm by block), reported without a bound."""
+    if not context.has_stream:
+        return
+    growth = stream_growth(context.initial, context.x)
+    _forward_rule(context, growth)
+    if context.model is not None:
+        value = stream_growth(context.model, context.x.to(device_of(context.model)))
+        context.quantities.append(Quantity("stream growth, final weights", times(value),
+                                           "no closed form after training", TAU_PAPER + ", Sec. 3", "n/a", value,
+                                           "the paper bounds the stream at initialisation, not after training"))
+    _gradient_norms(context)
+
+
+def _is_papers_model(spec) -> bool:
+    """The paper's MLP-ResNet with its tau (or plain cascaded) residuals on the branch."""
+    return (spec.model.name == "mlp-resnet" and spec.topology.name in ("tau", "cascaded")
+            and spec.topology.params.get("placement", "branch") == "branch")
+
+
+def _weight_variance(stack) -> float:
+    """g = fan_in x mean(W^2) over the residual branches' weights (2 for the paper's Kaiming N(0, 2/m))."""
+    values = [float(p.detach().double().pow(2).mean()) * p.shape[1]
+              for p in stack.blocks.parameters() if p.dim() == 2]
+    return sum(values) / len(values) if values else 2.0
+
+
+def _forward_rule(context: Context, growth: float) -> None:
+    spec, quantities = context.spec, context.quantities
+    name = "stream growth ||h_n|| / ||h_0|| at init"
+    section = spec.topology
+    if not _is_papers_model(spec):
+        quantities.append(Quantity(name, times(growth), "the tau paper's bounds hold for its MLP-ResNet with tau "
+                                   "or cascaded residuals only", TAU_PAPER + ", Theorems 1, 4", "n/a", growth,
+                                   f"the bounds are for the tau paper's MLP-ResNet with tau or cascaded residuals "
+                                   f"(this is model {spec.model.name}, topology {section.name})"))
+        return
+    stack = stacks(context.initial)[0]
+    depth = int(spec.model.params["depth"])
+    blocks = stack.topology.n_blocks
+    tau = float(stack.topology.branch_scales().mean())
+    g = _weight_variance(stack)
+    threshold = depth ** -0.5
+    predicted = theory.predicted_norm_growth(blocks, tau, weight_variance=g)
+    low, high = math.sqrt(predicted.lower[-1]), math.sqrt(predicted.upper[-1])
+    bounded = math.sqrt(theory.predicted_norm_growth(blocks, threshold, weight_variance=g).upper[-1])
+    inside = low * 0.5 <= growth <= high * 1.5  # a finite batch scatters about the expectation's bounds
+    where = "inside" if inside else "below" if math.isfinite(growth) and growth < low * 0.5 else "outside"
+    quantities.append(Quantity(
+        name, times(growth),
+        f"{low:.3g}x to {high:.3g}x for tau = {tau:.3g} over {blocks} blocks (at most {bounded:.3g}x for "
+        f"tau <= 1/sqrt(L) = {threshold:.2f})",
+        TAU_PAPER + ", Theorems 1 and 4 (Sec. 3.1, 3.3)", "consistent" if inside else "differs", growth,
+        f"{times(growth)} is {where} the predicted {low:.3g}x to {high:.3g}x"
+        + (" (widened by half either side for a finite batch)" if inside else "")))
+    above = tau > threshold
+    quantities.append(Quantity("tau vs 1/sqrt(L)", f"tau = {tau:.3g}", f"threshold 1/sqrt({depth}) = {threshold:.3g}",
+                               TAU_PAPER + ", Sec. 3", "differs" if above else "consistent", tau,
+                               f"tau = {tau:.3g} is {'above' if above else 'at or below'} the threshold "
+                               f"1/sqrt({depth}) = {threshold:.3g}"
+                               + (": the stream is not bounded" if above else ": the stream stays bounded")))
+    if above and (not math.isfinite(growth) or growth > bounded):
+        grew = f"grew {times(growth)}" if math.isfinite(growth) else "overflowed (not finite)"
+        context.rules.append(Rule(
+            name,
+            f"tau = {tau:.2f} at depth {depth} is above the tau paper's threshold 1/sqrt(L) = {threshold:.2f}: at "
+            f"initialisation the stream grew {times(growth)} over its {blocks} residual blocks, where the paper "
+            f"bounds it for tau <= 1/sqrt(L) (Theorem 1, Sec. 3.1: at most {bounded:.3g}x here) and predicts growth "
+            f"without bound above it (Theorem 4, Sec. 3.3: {low:.3g}x to {high:.3g}x for this tau and L).",
+            f"tau = 1/sqrt(L) = {threshold:.2f} (the tau-fig1-1/sqrt(L) preset)", ("diverged", "stalled"),
+            (f"The stream {grew} at initialisation (depth {depth}, tau = {tau:.2f}).",
+             f"Bounded (at most {bounded:.3g}x) only for tau <= 1/sqrt(L) = {threshold:.2f} (tau paper, Theorem 4, "
+             f"Sec. 3.3)."),
+            f"tau = 1/sqrt(L) = {threshold:.2f}"))
+    lr = spec.optim.params.get("lr")
+    if lr is None:
+        return
+    paper_setting = spec.optim.name == "sgd" and math.isclose(lr, TAU_PAPER_LR)
+    quantities.append(Quantity("learning rate vs the paper's", f"lr {lr:g} ({spec.optim.name})",
+                               f"lr {TAU_PAPER_LR:g}, SGD (Figure 1)", TAU_PAPER + ", Sec. 5.1",
+                               "consistent" if paper_setting else "differs", float(lr),
+                               "the paper's Figure 1 setting" if paper_setting else
+                               f"lr {lr:g} with {spec.optim.name} here, lr {TAU_PAPER_LR:g} with SGD in the paper"))
+    if tau <= threshold:
+        return
+    # where L^-1/4 starts to diverge on digits at each rate: the fig1-threshold claim's runs (notebook 04)
+    digits = spec.data.name == "digits"
+    if math.isclose(lr, TAU_PAPER_LR):
+        context.notes.append(
+            f"This run already uses the paper's Figure 1 rate lr {TAU_PAPER_LR:g} (Sec. 5.1): with the stream grown "
+            f"{times(growth)} at depth {depth} a smaller step is not the fix"
+            + (" (on digits tau = L^-1/4 trains at depth 30 at this rate and, within 50 steps, diverges from depth "
+               "50-60 on)." if digits else "."))
+    else:
+        context.notes.append(
+            f"The learning rate decides where this growth turns into a divergence: this run trains with lr {lr:g}, "
+            f"{lr / TAU_PAPER_LR:.3g}x the paper's Figure 1 rate {TAU_PAPER_LR:g} (Sec. 5.1)"
+            + (f"; on digits tau = L^-1/4 diverges from about depth 30 at lr 0.01, while at lr {TAU_PAPER_LR:g} it "
+               f"trains at depth 30 and, within 50 steps, diverges only from depth 50-60 on" if digits else "")
+            + (f". Try lr {TAU_PAPER_LR:g} as well." if lr > TAU_PAPER_LR else "."))
+        if lr > TAU_PAPER_LR:
+            context.tries.append(f"lr {TAU_PAPER_LR:g} (the paper's)")
+
+
+def _gradient_norms(context: Context) -> None:
+    """The loss gradient's norm in each block on one training batch, at initialisation (Theorem 3, Sec. 3.2, bounds
+    it for tau <= 1/sqrt(L) without a number to check against)."""
+    import torch
+
+    from explorer.data import loss_function
+
+    model, data, spec = context.initial, context.data, context.spec
+    blocks = [block for stack in stacks(model) for block in stack.blocks]
+    n = min(spec.train.batch_size, len(data.x_train))
+    x, y = data.x_train[:n], data.y_train[:n]
+    was = model.training
+    model.eval()
+    params = [list(block.parameters()) for block in blocks]
+    try:
+        with torch.enable_grad():
+            loss = loss_function(data.task)(model(x), y)
+            flat = [p for group in params for p in group]
+            grads = torch.autograd.grad(loss, flat, allow_unused=True)
+    finally:
+        model.train(was)
+    norms, k = [], 0
+    for group in params:
+        total = sum(float(g.double().pow(2).sum()) for g in grads[k:k + len(group)] if g is not None)
+        norms.append(math.sqrt(total))
+        k += len(group)
+    finite = [v for v in norms if math.isfinite(v)]
+    ratio = (max(finite) / min(finite)) if finite and min(finite) > 0 else math.nan
+    shown = ", ".join(f"{v:.3g}" for v in norms[:3]) + (" ... " + f"{norms[-1]:.3g}" if len(norms) > 3 else "")
+    papers_model = spec.model.name == "mlp-resnet"
+    predicted, paper = ("bounded for tau <= 1/sqrt(L) (Theorem 3)", TAU_PAPER + ", Sec. 3.2") if papers_model else \
+        ("no closed form for this model", "none")
+    context.quantities.append(Quantity(
+        "gradient norm by block at init", f"{shown} (max / min {ratio:.3g})", predicted, paper, "n/a", ratio,
+        "the bound has no number to check against" if papers_model else "no paper predicts it for this model"))
 
 
 PAPER = register_paper(Paper(
@@ -90,6 +248,9 @@ PAPER = register_paper(Paper(
     ),
     notebook="notebooks/04_tau.ipynb",
     presets=PRESETS,
+    diagnosis=_diagnosis,
+    diagnosis_probes=lambda jacobian: {"norms": {}},
+    diagnosis_batch_probes={"dead": {}},  # the gradients of one training batch: a backward pass, costed as this probe's
 ))
 
 
@@ -322,6 +483,67 @@ def _fig1_per_seed(found: dict, rules, depths, steps: int, lr: float, seeds) -> 
     return {f"lr {lr:g}, {rule} @ L={L}: val acc / final loss": [
         [found[rule, L, steps, s, lr]["final_val_accuracy"], found[rule, L, steps, s, lr]["final_loss"]] for s in seeds]
         for L in depths for rule in rules}
+
+
+def _input_gradient_job(rule: str, depth: int, seed: int, examples: int) -> list[float]:
+    import torch
+
+    spec = preset(f"tau-fig1-{rule}").with_values({"model.depth": depth, "train.seed": seed})
+    model, data = build(spec)
+    model = model.double().eval()
+    h0 = model.embed(data.x_val[:examples].double()).detach().requires_grad_(True)
+    out = model.stack(h0)
+    direction = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+    direction = direction / direction.flatten(1).norm(dim=1).view(-1, *[1] * (direction.dim() - 1))
+    (grad,) = torch.autograd.grad((out * direction).sum(), h0)
+    return grad.flatten(1).norm(dim=1).tolist()  # ||J^T v|| per example, ||v|| = 1
+
+
+def input_gradient_growth(items: list[tuple]) -> list[float]:
+    """For each (rule, depth, seed), at initialisation in float64: the root mean square over 128 validation inputs of
+    ||J^T v|| with J = d h_(L-1) / d h_0 the stack's Jacobian and v a random unit direction per input, i.e. how
+    much a gradient arriving at the stream's end grows on its way back to h_0 (cached parallel jobs)."""
+    import math as _math
+
+    found = cached_jobs(_input_gradient_job, [(rule, depth, seed, 128) for rule, depth, seed in items], "tau")
+    return [_math.sqrt(sum(v * v for v in norms) / len(norms)) for norms in found]
+
+
+@claim("tau", "backward-sharp-threshold", "Sec. 3.2, Theorem 2",
+       "At initialisation the backward process stays bounded as the depth grows when tau = 1/sqrt(L) and grows with "
+       "depth when tau = L^-0.25: a gradient at the stream's end grows on its way back to the input.",
+       "Sec. 3.2, \"Backward process is bounded for tau <= 1/Omega(sqrt(L))\"; Sec. 1: \"for tau > L^(-1/2 + c) "
+       "the network output grows at least with rate L^c in expectation, which implies forward/backward explosion for "
+       "large L.\"",
+       "the same as the CPU scale (width 128 as in the paper; depths up to 1000 in full mode); a minute on a CPU",
+       paper_spec=True)
+def _backward(mode, bounded: str = "1/sqrt(L)", growing: str = "1/L^0.25") -> Verdict:
+    depths = [10, 30, 100] if mode.fast else [10, 30, 100, 300, 1000]
+    items = [(rule, L, s) for rule in (bounded, growing) for s in mode.seeds for L in depths]
+    growth = dict(zip(items, input_gradient_growth(items)))
+    span = depths[-1] / depths[0]
+    flat, steep = span ** (1 / 8), span ** (1 / 4)
+    ratio = {rule: [growth[rule, depths[-1], s] / growth[rule, depths[0], s] for s in mode.seeds]
+             for rule in (bounded, growing)}
+    bounded_ok = decide_all([r < flat for r in ratio[bounded]],
+                            f"for tau = {bounded}, the backward growth at depth {depths[-1]} under {flat:.3g} x its "
+                            f"value at depth {depths[0]} ((L ratio)^(1/8): half of Theorem 4's rate)")
+    grows_ok = decide_all([r > steep for r in ratio[growing]],
+                          f"for tau = {growing}, the backward growth at depth {depths[-1]} above {steep:.3g} x its "
+                          f"value at depth {depths[0]} ((L ratio)^c, c = 1/4: Theorem 4's rate)")
+    per_seed = {f"G(L={L}) {rule}": [growth[rule, L, s] for s in mode.seeds] for rule in (bounded, growing)
+                for L in depths}
+    return Verdict(combine({"bounded": bounded_ok, "grows": grows_ok}), per_seed,
+                   f"from the theorems, not the measurements: bounded means growing more slowly than (L ratio)^(1/8) "
+                   f"= {flat:.3g}x from depth {depths[0]} to {depths[-1]} (half of the rate c = 1/4 that Theorem 4 "
+                   f"gives tau = L^-0.25); growing means at least (L ratio)^(1/4) = {steep:.3g}x",
+                   f"MLP-ResNet of Figure 1 (width 128, Kaiming N(0, 2/m)) at init in float64, 128 digits inputs, init "
+                   f"seeds {list(mode.seeds)}, depths {depths}; G = RMS over inputs of ||J^T v||, J = d h_(L-1) / d h_0 "
+                   "and v a random unit direction per input (the same seed for both rules)",
+                   measured={f"G ratio depth {depths[-1]} / {depths[0]} [{rule}] (mean)": sum(v) / len(v)
+                             for rule, v in ratio.items()},
+                   summary=f"backward growth from depth {depths[0]} to {depths[-1]}: "
+                           + "; ".join(f"{rule} x{sum(v) / len(v):.3g}" for rule, v in ratio.items()))
 
 
 @claim("tau", "fig1-depth30-explodes", "Sec. 5.1, Figure 1",

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from explorer.topology.base import K, TOPOLOGIES, FirstLastK, Topology, branch_output, check_k
-from explorer.topology.grn import GATE_INIT, draw_gates, slot_weights
+from explorer.topology.grn import GATE_INIT, SOURCE_NORM, draw_gates, gate_input, slot_weights
 
 
 class DCA(Topology):
@@ -25,6 +25,8 @@ class DCA(Topology):
     gates sit at ReLU's kink and receive no gradient, so the input-dependent part stays inert;
     gate_init="normal" starts them at N(0, GATE_STD^2) (see GRN). The attention normalises the
     query, key and value inputs each with its own norm (explorer.nn.transformer.Attention).
+    source_norm="rms" feeds every gate the sources RMS-normalised over the features (see
+    explorer.topology.grn.gate_input), as the unofficial lucidrains/deep-cross-attention does.
     """
 
     basis = "branch"
@@ -32,10 +34,11 @@ class DCA(Topology):
     ROLES = {"weights": "mix", "gates": "mix", "out_weights": "mix", "out_gates": "mix"}
     INPUTS = ("query", "key", "value")
 
-    def __init__(self, n_blocks: int, width: int, k: int = 0, gate_init: str = "zero"):
+    def __init__(self, n_blocks: int, width: int, k: int = 0, gate_init: str = "zero", source_norm: str = "none"):
         super().__init__(n_blocks)
         self.k = k
         self.gate_init = gate_init
+        self.source_norm = source_norm
         slots = n_blocks + 1 if k == 0 else k + 2
         self.weights = nn.Parameter(torch.ones(3, n_blocks, slots, width))  # [input, block t-1, source slot, feature]
         self.gates = nn.Parameter(torch.zeros(3, n_blocks, width))
@@ -57,14 +60,15 @@ class DCA(Topology):
         history = FirstLastK(x0, self.k)
         for t, block in enumerate(blocks, start=1):
             part, slots = torch.stack(history.sources()), history.slots()
-            gates = torch.relu(part @ self.gates[:, t - 1].T)  # (n, ..., 3): the three inputs' gates at once
+            seen = gate_input(part, self.source_norm, -1)
+            gates = torch.relu(seen @ self.gates[:, t - 1].T)  # (n, ..., 3): the three inputs' gates at once
             if self.recording is not None:
                 for m in range(3):
                     self.record(t - 1, history.slot_sources(), slot_weights(self.weights[m, t - 1, slots], gates[..., m]))
             q, k, v = (self._mix(part, self.weights[m, t - 1, slots], gates[..., m]) for m in range(3))
             history.push(branch_output(q, block(q, k, v), acts[t - 1]))
         part, slots = torch.stack(history.sources()), history.slots()
-        gate = torch.relu(part @ self.out_gates)
+        gate = torch.relu(gate_input(part, self.source_norm, -1) @ self.out_gates)
         if self.recording is not None:
             self.record(self.n_blocks, history.slot_sources(), slot_weights(self.out_weights[slots], gate))
         return self._mix(part, self.out_weights[slots], gate)
@@ -76,6 +80,7 @@ class DCA(Topology):
 
 
 TOPOLOGIES.register("dca", "Transformers only: DeepCrossAttention, three GRN-v3 mixes give each block's query, key and "
-                           "value inputs (k > 0: k-DCA)", (K, GATE_INIT), check=check_k, transformer_only=True,
-                    separate_qkv_inputs=True, examples=({}, {"k": 1}, {"gate_init": "normal"}))(
-    lambda n_blocks, width, depth, k, gate_init: DCA(n_blocks, width, k, gate_init))
+                           "value inputs (k > 0: k-DCA)", (K, GATE_INIT, SOURCE_NORM), check=check_k,
+                    transformer_only=True, separate_qkv_inputs=True,
+                    examples=({}, {"k": 1}, {"gate_init": "normal"}, {"gate_init": "normal", "source_norm": "rms"}))(
+    lambda n_blocks, width, depth, k, gate_init, source_norm: DCA(n_blocks, width, k, gate_init, source_norm))

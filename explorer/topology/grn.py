@@ -19,6 +19,17 @@ def draw_gates(gates: torch.Tensor, gen: torch.Generator) -> None:
     gates.copy_(torch.randn(gates.shape, generator=gen) * GATE_STD)
 
 
+def gate_input(part: torch.Tensor, source_norm: str, axis: int) -> torch.Tensor:
+    """What the gate w_t reads of each source: the source itself (the paper, Sec. 3.1, w_t^T G_t), or with
+    source_norm="rms" its RMS normalisation over the features (`axis`), G / sqrt(mean(G^2) + eps) with eps the
+    dtype's machine epsilon, as the unofficial implementation lucidrains/deep-cross-attention normalises each
+    source before its gate (an RMSNorm whose scale, 1 at init, multiplies w: the same functions, no parameter
+    here). Only the gate reads it; the sources are mixed as they are."""
+    if source_norm == "none":
+        return part
+    return part * torch.rsqrt(part.square().mean(axis, keepdim=True) + torch.finfo(part.dtype).eps)
+
+
 def slot_weights(b: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
     """The effective weight of each slot for the probes: b averaged over features, plus each example's (and
     position's) gate; (slots, 1) without a gate."""
@@ -39,21 +50,26 @@ class GRN(Topology):
     "Reducing memory and computation"). At initialisation v1 and v3 equal a standard
     residual network exactly, and so does v2.
 
+    `source_norm`="rms" feeds the v3 gate each source RMS-normalised (gate_input), as an unofficial
+    implementation does; "none" (the default) is the paper's relu(w_t^T G_t). With zero gates the two agree.
+
     Note on v3 (`gate_init`): the paper initialises w_t at exactly 0 (Sec. 3.1, the default
     "zero"). There ReLU's derivative is 0, so the gates receive no gradient and stay at 0:
     trained from it GRN-v3 follows GRN-v2 step for step. gate_init="normal" draws w_t from
-    N(0, GATE_STD^2) instead (the unofficial reference implementation also left the exact zero),
-    so about half the gates are active at init and the input-dependent term learns.
+    N(0, GATE_STD^2) instead (the unofficial implementation starts at exactly 0 too), so about
+    half the gates are active at init and the input-dependent term learns.
     """
 
     basis = "branch"
     ROLES = {"weights": "mix", "gates": "mix"}
 
-    def __init__(self, n_blocks: int, width: int, version: int, k: int = 0, gate_init: str = "zero"):
+    def __init__(self, n_blocks: int, width: int, version: int, k: int = 0, gate_init: str = "zero",
+                 source_norm: str = "none"):
         super().__init__(n_blocks)
         self.version = version
         self.k = k
         self.gate_init = gate_init
+        self.source_norm = source_norm
         slots = n_blocks + 1 if k == 0 else k + 2
         shape = (n_blocks + 1, slots) if version == 1 else (n_blocks + 1, slots, width)
         self.weights = nn.Parameter(torch.ones(shape))  # row t-1: destination t
@@ -68,8 +84,7 @@ class GRN(Topology):
         if self.version == 3 and self.gate_init == "normal":
             draw_gates(self.gates, gen)
 
-    @staticmethod
-    def _combine(part: torch.Tensor, b: torch.Tensor, gate_weights: torch.Tensor | None) -> torch.Tensor:
+    def _combine(self, part: torch.Tensor, b: torch.Tensor, gate_weights: torch.Tensor | None) -> torch.Tensor:
         """Sum over the n sources in `part` with their weights b: (n,) or (n, d).
 
         Features are the last axis of vectors and sequences (n, B, [T,] d) and the channel
@@ -82,14 +97,14 @@ class GRN(Topology):
         shape[0], shape[axis] = b.shape
         weight = b.reshape(shape)
         if gate_weights is not None:  # one weight per source and example (and position), shared across features
-            weight = weight + GRN._gate(part, gate_weights).unsqueeze(axis)
+            weight = weight + self._gate(part, gate_weights).unsqueeze(axis)
         return (part * weight).sum(0)
 
-    @staticmethod
-    def _gate(part: torch.Tensor, gate_weights: torch.Tensor) -> torch.Tensor:
+    def _gate(self, part: torch.Tensor, gate_weights: torch.Tensor) -> torch.Tensor:
         """relu(w^T G_t): one weight per source and example (and position), (n, B[, T]) or (n, B, H, W)."""
         axis = 2 if part.dim() == 5 else part.dim() - 1
-        return torch.relu(torch.tensordot(part.movedim(axis, -1), gate_weights, dims=1))
+        seen = gate_input(part, self.source_norm, axis)
+        return torch.relu(torch.tensordot(seen.movedim(axis, -1), gate_weights, dims=1))
 
     def _mix(self, row: int, part: torch.Tensor, b: torch.Tensor, slot_sources: list[list[int]]) -> torch.Tensor:
         """Destination `row`'s mix of the sources in `part` with their slot weights b; recorded when probed."""
@@ -150,10 +165,15 @@ class GRN(Topology):
 GATE_INIT = Param("gate_init", "choice", "zero",
                   f"gate weights w at init: zero (the paper; ReLU's kink, so they get no gradient and stay 0) or "
                   f"normal (N(0, {GATE_STD}^2), so the input-dependent gates learn)", choices=("zero", "normal"))
+SOURCE_NORM = Param("source_norm", "choice", "none",
+                    "what the gate w reads of each source: none (the paper: the source) or rms (RMS-normalised over "
+                    "the features, as the unofficial lucidrains/deep-cross-attention; equal at zero gates)",
+                    choices=("none", "rms"))
 for _version, _text, _examples in ((1, "learned scalar weight per earlier output", ({}, {"k": 1})),
                                    (2, "learned per-feature weights per earlier output", ({},))):
     TOPOLOGIES.register(f"grn-v{_version}", f"GRN-v{_version} (DCA): {_text}", (K,), check=check_k, examples=_examples)(
         lambda n_blocks, width, depth, k, _v=_version: GRN(n_blocks, width, _v, k))
 TOPOLOGIES.register("grn-v3", "GRN-v3 (DCA): per-feature weights plus an input-dependent ReLU gate per earlier output",
-                    (K, GATE_INIT), check=check_k, examples=({}, {"k": 2}, {"gate_init": "normal"}))(
-    lambda n_blocks, width, depth, k, gate_init: GRN(n_blocks, width, 3, k, gate_init))
+                    (K, GATE_INIT, SOURCE_NORM), check=check_k,
+                    examples=({}, {"k": 2}, {"gate_init": "normal"}, {"gate_init": "normal", "source_norm": "rms"}))(
+    lambda n_blocks, width, depth, k, gate_init, source_norm: GRN(n_blocks, width, 3, k, gate_init, source_norm))
