@@ -213,6 +213,11 @@ CONTROLS = {
     "skipless/table1-accuracy": ({"arms": (SKIP, INIT, DEFAULT)}, lambda mp: _fake_vit_runs(
         mp, {SKIP: 0.40, DEFAULT: 0.21, INIT: 0.36})),
     "skipless/fig4-dense-miou": None,  # not-tested (needs self-supervised training): nothing to fail
+    "ancre/fewer-steps-to-match": ({"ancre_overrides": {"optim.lr": 1e-6}}, None),  # ANCRe does not learn
+    "dca/same-quality-faster": ({"variant_overrides": {"optim.lr": 1e-6}}, None),  # DCA does not learn
+    "idinit/momentum-amplifies-asymmetry": ({"swapped": True}, None),
+    "tau/backward-sharp-threshold": ({"bounded": "1/L^0.25", "growing": "1/sqrt(L)"}, None),
+    "skipless/skips-improve-conditioning": ({"swapped": True}, None),
 }
 
 

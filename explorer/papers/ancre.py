@@ -546,10 +546,11 @@ def _gpt(mode, arms=("ancre-table2-cascaded", "ancre-table2-ancre"), ancre_overr
        "training iterations. The advantage grows from 24% to 46% as the network scales deeper.\"",
        "--scale paper: as gpt-block-ancre, LLaMA-60M..1B on C4 for ~1B tokens (one A100/H100 for hours); not "
        "provided as a spec here", seeds=(3, 5))
-def _fewer_steps(mode, arms=("ancre-table2-cascaded", "ancre-table2-ancre")) -> Verdict:
+def _fewer_steps(mode, arms=("ancre-table2-cascaded", "ancre-table2-ancre"), ancre_overrides=None) -> Verdict:
     overrides = _gpt_overrides(mode)
     steps = overrides["train.steps"]
-    runs = iter(train_presets([(name, {**overrides, "train.seed": seed}) for seed in mode.seeds for name in arms]))
+    runs = iter(train_presets([(name, {**overrides, "train.seed": seed, **(extra or {})}) for seed in mode.seeds
+                               for name, extra in ((arms[0], None), (arms[1], ancre_overrides))]))
     saved, final = [], {arm: [] for arm in arms}
     for seed in mode.seeds:
         reference, run = next(runs), next(runs)

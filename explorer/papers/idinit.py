@@ -332,7 +332,7 @@ def _gd_vs_sgd(mode, arms=("GD", "SGD+momentum")) -> Verdict:
        "the degree of this difference\" (Fig. 10)",
        "the same as the CPU scale (a 4-layer linear net of width 10, as in Figure 10); seconds on any CPU",
        paper_spec=True, seeds=(3, 5, 10))
-def _momentum(mode, momentum: float = 0.9) -> Verdict:
+def _momentum(mode, momentum: float = 0.9, swapped: bool = False) -> Verdict:
     steps = 100 if mode.fast else 400
     sgdm = preset("idinit-fig10-sgd-momentum").with_values({"train.steps": steps, "data.sign": -1,
                                                              "optim.momentum": momentum})
@@ -345,6 +345,8 @@ def _momentum(mode, momentum: float = 0.9) -> Verdict:
     for _ in mode.seeds:
         plain.append(layer_spread(next(runs).model))
         with_momentum.append(layer_spread(next(runs).model))
+    if swapped:  # the arms exchanged (a negative control)
+        plain, with_momentum = with_momentum, plain
     parts = {"full batch stays equal": decide_all([full_batch < 1e-4],
                                                   f"GD with momentum {momentum:g}: relative layer spread < 1e-4"),
              "momentum amplifies": decide([math.log10(m / p) for m, p in zip(with_momentum, plain)], fast_margin=0.3,

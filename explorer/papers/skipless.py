@@ -297,7 +297,7 @@ def _kl_conditioning(mode, arms=("default", "proposed")) -> Verdict:
        "connections (I_nd term) help network conditioning\"",
        "the same as the CPU scale in kind (the paper's ViT-Base has width 768: one Jacobian of 197 x 768 squared "
        "entries needs a GPU with ~40 GB and minutes); not provided as a spec here", seeds=(3, 5))
-def _skips_condition(mode, with_skip: bool = True) -> Verdict:
+def _skips_condition(mode, swapped: bool = False) -> Verdict:
     import numpy as np
 
     from explorer.training import build
@@ -312,7 +312,9 @@ def _skips_condition(mode, with_skip: bool = True) -> Verdict:
             spectra = attention_input_jacobians(model.double(), data.x_val[:1].double())
             keep = (spectra[0][0].size // w) * (w - 2)  # T (d - 2): the directions a LayerNorm does not null
             kappa[w].append(float(np.median([sv[0] / sv[keep - 1] for sv, _ in spectra])))
-            kappa_skip[w].append(float(np.median([sv[0] / sv[-1] for _, sv in spectra])) if with_skip else kappa[w][-1])
+            kappa_skip[w].append(float(np.median([sv[0] / sv[-1] for _, sv in spectra])))
+            if swapped:  # the arms exchanged (a negative control)
+                kappa[w][-1], kappa_skip[w][-1] = kappa_skip[w][-1], kappa[w][-1]
     parts = {f"width {w}": decide([math.log10(min(k, _KAPPA_FLOOR) / min(i, _KAPPA_FLOOR))
                                    for k, i in zip(kappa[w], kappa_skip[w])],
                                   fast_margin=0.5, min_effect=1.0,
