@@ -232,7 +232,7 @@ def _probe(args) -> int:
     from explorer.training import build, train
 
     spec = load_spec(args.preset, args.spec, args.changes)
-    entry = PROBES.lookup(args.probe, "--probe")
+    PROBES.lookup(args.probe, "--probe")  # an unknown probe is refused before anything trains
     if args.train_steps < 0 or args.inputs < 1:
         raise SpecError("--train-steps" if args.train_steps < 0 else "--inputs", "must be a positive number")
     if args.train_steps:

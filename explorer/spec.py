@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from explorer.registries import Entry, Param, Registry, SpecError, check_spec, quote, registry
+from explorer.registries import Entry, Param, SpecError, check_spec, quote, registry
 
 # section -> registry kind
 SECTION_KINDS = {

@@ -38,6 +38,17 @@ def explorer_home(tmp_path_factory, monkeypatch):
     restrict_reads(None)  # an app test (AppTest runs the server's script in this process) restricts reads
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module of tiny tensors: a second thread only adds contention on a loaded machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def worker_pool():
     """Two warm worker processes shared by the job tests (each importing torch costs seconds)."""
@@ -291,9 +302,9 @@ def open_page():
     return open_
 
 
-def plotly_array(values) -> "np.ndarray":
-    """A data array of a figure's JSON (e.g. an AppTest chart's proto.spec) as floats: plotly sends numpy
-    arrays as base64 typed arrays {dtype, bdata, shape} and lists as lists (None for gaps -> nan)."""
+def plotly_array(values):
+    """A data array of a figure's JSON (e.g. an AppTest chart's proto.spec) as a numpy array of floats: plotly
+    sends numpy arrays as base64 typed arrays {dtype, bdata, shape} and lists as lists (None for gaps -> nan)."""
     import base64
 
     import numpy as np

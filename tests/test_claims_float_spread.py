@@ -69,7 +69,8 @@ def sensitive_claim(monkeypatch):
     monkeypatch.setattr(registry, "CLAIMS", {})
     first_norm: dict[int, float] = {}
 
-    @registry.claim("tau", "sensitive", "Sec. 1", "a small effect", "\"quoted\" (Sec. 1)", "same as cpu")
+    @registry.claim("tau", "sensitive", "Sec. 1", "a small effect", "\"quoted\" (Sec. 1)", "same as cpu",
+                    seeds=(3, 5))
     def sensitive(mode, amplify: float = 0.0, alternate: bool = False):
         diffs = []
         for seed in mode.seeds:
@@ -88,6 +89,7 @@ def test_a_verdict_that_a_one_ulp_change_cannot_move_survives_and_states_its_spr
     row = sensitive_claim.run()
     spread = row["float_spread"]
     assert row["verdict"] == "holds" and spread["survives"] is True
+    assert row["mode"].startswith("full mode, 3 seeds (decided at 3 seeds;")
     assert spread["moved"] == [0.0, 0.0]
     assert "seed 0 kept its pass/fail (decision 1); moved its paired difference by 0 (decision 2)" in spread["text"]
 
@@ -99,6 +101,7 @@ def test_a_verdict_that_the_float_spread_overturns_is_inconclusive_and_says_why(
     assert row["verdict"] == "inconclusive"
     assert row["reason"].startswith("holds on the seeds, but not once every paired difference moves by the "
                                     "float-level spread")
+    assert row["mode"].startswith("full mode, 3 seeds (decided at 3 seeds, then undone by the float-level spread;")
 
 
 def test_fast_mode_and_undecided_rows_run_no_perturbation(sensitive_claim, monkeypatch):

@@ -34,13 +34,7 @@ def option_variants() -> list[tuple[str, dict]]:
 TOLERANCE = {"rtol": 1e-9, "atol": 1e-10}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tensors here are tiny: a second thread only adds contention on a loaded machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny tensors: one thread
 
 
 # every (model, topology example) pair the spec accepts; the others are checked to be refused in one line

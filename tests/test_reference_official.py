@@ -16,13 +16,7 @@ from explorer.topology import stem_activation
 TOLERANCE = {"rtol": 0.0, "atol": 1e-10}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The tensors here are tiny: a second thread only adds contention on a loaded machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny tensors: one thread
 
 
 # ---------------------------------------------------------------------------- tau paper: the no-BN ResNet

@@ -372,8 +372,10 @@ class Claim:
             row["summary"] = result.summary or summary_of(row["per_seed"])
             if staged:
                 n = mode.full_seeds
+                undone = spread.get("survives") is False
                 stop = (f"cap of {n} seeds reached" if result.decision.noisy else
                         f"decided at {n} seeds" if result.decision.verdict in ("holds", "does-not-hold") else
+                        f"decided at {n} seeds, then undone by the float-level spread" if undone else
                         f"stopped at {n} seeds: undecided for a reason more seeds do not change")
                 row["mode"] = mode.label.replace(" seeds,", f" seeds ({stop}; schedule "
                                                              f"{', '.join(map(str, self.seeds))}),", 1)
