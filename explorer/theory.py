@@ -18,7 +18,8 @@ Three groups, one per paper:
 
 Where the text conversion garbled a formula, the docstring says what was read instead.
 Everything takes plain numbers or numpy arrays and returns floats, arrays or small frozen
-dataclasses of them; randomness only comes from a `numpy.random.Generator` passed in.
+dataclasses of them; randomness only comes from a `numpy.random.Generator` passed in. The closed forms of three papers
+share this one module so that the Theory page, the diagnosis and the claims read one copy.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 The step loop never forces a host-device sync: per-step losses are written into a
 device buffer and read at the logging interval, where divergence is also checked (and
 pinned to the exact step it happened at). A diverged run is a result, not an error.
+
+It is one module because the build, the step loop (`run_steps`, shared with
+explorer.batched), the rewiring and the checkpoint format read and write the same run state.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ live feed (explorer_app.live_feed), or without one a fragment that reruns a few 
 `Job.view(since=n)` (only the rows after the n it has). The running jobs share the cores, rebalanced as
 jobs start and end. After each job the worker lets its model and data go and gives the freed memory back to
 the system; one that still holds more than `worker_idle_mb` is replaced by a fresh one.
+
+The queue, its jobs' views and their control messages are one protocol, kept in one module;
+the worker processes' side is explorer_app.workers.
 """
 
 from __future__ import annotations

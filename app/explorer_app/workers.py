@@ -22,6 +22,8 @@ the pool starts a fresh worker in its place. A worker that dies otherwise (kille
 job reading it ends as "error" with the exit code, and the pool replaces it too. The server kills a worker itself
 to end what cannot be interrupted (a probe past its time limit, or one still running a grace period after Cancel)
 and to replace an idle worker that kept more memory than EXPLORER_WORKER_IDLE_MB.
+
+The local pool and the Ray actors speak one protocol, so both live here.
 """
 
 from __future__ import annotations

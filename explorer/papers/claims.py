@@ -26,6 +26,9 @@ it comes from, and the verdict:
 
     from explorer.papers.claims import run_claims
     rows = run_claims(paper="tau", fast=True)   # [{"paper", "id", "verdict", "per_seed", "rule", ...}, ...]
+
+The rule, the claims registry, running, recording and reproducing rows and their figures share the row format, so
+they live in one module.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ Characterization"): Figure 1 at CPU scale.
 
 The Section 2 MLP-ResNet of width 128 with Kaiming N(0, 2/m) initialisation, on sklearn's
 digits instead of MNIST, SGD with batches of 256. Depth is a knob: --set model.depth=N.
+
+A paper is one module (its record, presets, diagnosis rules and claims), so a paper with six claims is long.
 """
 
 import math
