@@ -130,14 +130,15 @@ CHART_ELEMENTS = """() => {
   return Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => {
     if (!window.chartNumbers.has(g)) window.chartNumbers.set(g, window.chartsSeen++);
     const title = (g.layout.title || {}).text || '';
-    const kind = title.endsWith(': loss') ? 'loss' : title.includes('Shortcut coefficients') ? 'heatmap' : 'probe';
+    const kind = title.endsWith(': loss') ? 'loss' : title.includes('Shortcut coefficients') ? 'heatmap'
+      : title.includes('the network at step') ? 'network' : 'probe';
     return [kind, window.chartNumbers.get(g), g.data.map(t => (t.x || []).length).join(',')];
   });
 }"""
 
 
 def test_the_live_charts_follow_the_run_without_rerunning_the_page(app):
-    """While a run trains, its progress, loss, heatmap and probe charts follow it by polling the page's feed
+    """While a run trains, its progress, loss, network, heatmap and probe charts follow it by polling the page's feed
     (explorer_app.live_feed), in the same elements (Plotly.react): Streamlit does not rerun the page five
     times a second (each rerun cost the browser and the server half a core beside the training), only when
     the run's state changes. A chart remounted at each redraw (st.plotly_chart gives a changed figure a new
@@ -175,7 +176,8 @@ def test_the_live_charts_follow_the_run_without_rerunning_the_page(app):
     assert len(contents["loss"]) >= 5, contents["loss"]  # it did redraw
     steps = [int(re.search(r"step (\d+) of", text).group(1)) for text in texts]
     assert len(set(steps)) >= 5 and steps == sorted(steps), texts  # the progress bar moved, never back
-    assert {kind: len(numbers) for kind, numbers in elements.items()} == {"loss": 1, "heatmap": 1, "probe": 1}
+    assert {kind: len(numbers) for kind, numbers in elements.items()} == {"loss": 1, "heatmap": 1, "probe": 1,
+                                                                           "network": 1}
     assert sent <= 2, f"{sent} messages to the server: the page reran while nothing changed"
     # each new loss chart came in an answer: to a poll made in the window, to the one in flight when it began,
     # or to a rerun; so the feed carried at least this many
@@ -259,7 +261,8 @@ def test_a_claims_job_follows_its_feed_without_rerunning_the_page(app):
         # read in one call: the bar goes when the page reruns for the job's end
         texts.append(page.evaluate("() => document.querySelector('.explorer-live-progress')?.innerText ?? ''"))
         time.sleep(0.1)
-    claims_seen = {int(found.group(1)) for text in texts if (found := re.match(r"Claim (\d+) of 3", text))}
+    total = len(explorer.papers.claims.claims("skipless"))
+    claims_seen = {int(found.group(1)) for text in texts if (found := re.match(rf"Claim (\d+) of {total}", text))}
     assert len(claims_seen) >= 2, texts  # it moved from claim to claim
     assert polls and len(sent) <= 3, f"{len(sent)} messages to the server while the claims ran"
     assert page.locator(".explorer-verdicts:visible").count() >= 1  # the verdicts, drawn once it ended
