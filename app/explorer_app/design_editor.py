@@ -163,16 +163,8 @@ def toggle(cell: tuple[int, int]) -> None:
     st.session_state[SELECTED] = cell_text(cell) if cell in design else None
 
 
-def current_chart(prefix: str, key: str) -> bool:
-    """Whether `key` is the drawing now on the page (`prefix` + the click count): a selection event of a drawing
-    that a click has already replaced (the same event delivered again by an interrupted rerun) is not a click."""
-    return key == f"{prefix}-{clicks()}"
-
-
 def _clicked(key: str, blocks: int) -> None:
     """A click on the matrix: toggle the clicked cell's shortcut in the form's text and select it."""
-    if not current_chart("design-matrix", key):
-        return
     points = st.session_state.get(key, {}).get("selection", {}).get("points", [])
     count_click()
     cells = {(int(round(p["x"])), int(round(p["y"]))) for p in points if "x" in p and "y" in p}

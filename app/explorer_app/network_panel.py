@@ -121,8 +121,6 @@ def run_figure(view, px: int) -> go.Figure | None:
 def _clicked(key: str, blocks: int) -> None:
     """A click on the network view: toggle the pair its point names, when that point still says what a click does
     to the form's design (an "add" of a shortcut it lacks, a "remove" of one it has)."""
-    if not design_editor.current_chart("network-view", key):
-        return
     points = st.session_state.get(key, {}).get("selection", {}).get("points", [])
     design_editor.count_click()
     picked = set()
