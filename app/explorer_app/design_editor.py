@@ -135,7 +135,7 @@ def design_figure(blocks: int, design: dict[tuple[int, int], float], selected: t
                    range=[-0.5, blocks - 0.5], fixedrange=True, showgrid=False, zeroline=False),
         yaxis=dict(title=dict(text="into x_j (block j's output)"), tickmode="array", tickvals=targets,
                    range=[blocks + 0.5, 0.5], fixedrange=True, showgrid=False, zeroline=False),
-        height=min(110 + 55 * blocks, 640), margin=dict(l=60, r=20, t=40, b=50), showlegend=False,
+        height=min(160 + 60 * blocks, 640), margin=dict(l=60, r=20, t=50, b=50), showlegend=False,
         plot_bgcolor="white", clickmode="event+select", dragmode=False)
     return fig
 
@@ -145,33 +145,18 @@ def _write(design: dict[tuple[int, int], float]) -> None:
     st.session_state[TEXT_KEY] = explorer.shortcuts_text(design)
 
 
-def count_click() -> None:
-    """Count a click on a drawing of the design (the matrix, the network view): their keys change with the count,
-    so each is drawn again unselected."""
-    st.session_state[CLICKS] = st.session_state.get(CLICKS, 0) + 1
-
-
-def clicks() -> int:
-    return st.session_state.get(CLICKS, 0)
-
-
-def toggle(cell: tuple[int, int]) -> None:
-    """Add or remove the shortcut `cell` in the form's text and select it. A widget callback's work (it runs
-    before the form is drawn): the matrix and the network view both edit the design through it."""
-    design = toggled(current_design(), cell)
-    _write(design)
-    st.session_state[SELECTED] = cell_text(cell) if cell in design else None
-
-
 def _clicked(key: str, blocks: int) -> None:
     """A click on the matrix: toggle the clicked cell's shortcut in the form's text and select it."""
     points = st.session_state.get(key, {}).get("selection", {}).get("points", [])
-    count_click()
+    st.session_state[CLICKS] = st.session_state.get(CLICKS, 0) + 1
     cells = {(int(round(p["x"])), int(round(p["y"]))) for p in points if "x" in p and "y" in p}
     cells &= set(clickable(blocks))
     if len(cells) != 1:  # a box or lasso, or a click beside the markers
         return
-    toggle(cells.pop())
+    cell = cells.pop()
+    design = toggled(current_design(), cell)
+    _write(design)
+    st.session_state[SELECTED] = cell_text(cell) if cell in design else None
 
 
 def _weighted() -> None:
@@ -214,7 +199,7 @@ def render(raw: dict) -> None:
         st.session_state[SELECTED] = names[-1] if names else None
     selected = st.session_state[SELECTED]
     cell = next((c for c in design if cell_text(c) == selected), None)
-    key = f"design-matrix-{clicks()}"
+    key = f"design-matrix-{st.session_state.get(CLICKS, 0)}"
     st.plotly_chart(design_figure(blocks, design, cell), key=key, on_select=lambda: _clicked(key, blocks),
                     selection_mode="points", config={"displaylogo": False, "displayModeBar": False}, theme=None)
     st.caption(f"Click a cell i:j to add or remove that shortcut ({blocks} blocks): {explorer.SHORTCUT_NOTATION}. "
