@@ -130,15 +130,14 @@ CHART_ELEMENTS = """() => {
   return Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => {
     if (!window.chartNumbers.has(g)) window.chartNumbers.set(g, window.chartsSeen++);
     const title = (g.layout.title || {}).text || '';
-    const kind = title.endsWith(': loss') ? 'loss' : title.includes('Shortcut coefficients') ? 'heatmap'
-      : title.includes('the network at step') ? 'network' : 'probe';
+    const kind = title.endsWith(': loss') ? 'loss' : title.includes('Shortcut coefficients') ? 'heatmap' : 'probe';
     return [kind, window.chartNumbers.get(g), g.data.map(t => (t.x || []).length).join(',')];
   });
 }"""
 
 
 def test_the_live_charts_follow_the_run_without_rerunning_the_page(app):
-    """While a run trains, its progress, loss, network, heatmap and probe charts follow it by polling the page's feed
+    """While a run trains, its progress, loss, heatmap and probe charts follow it by polling the page's feed
     (explorer_app.live_feed), in the same elements (Plotly.react): Streamlit does not rerun the page five
     times a second (each rerun cost the browser and the server half a core beside the training), only when
     the run's state changes. A chart remounted at each redraw (st.plotly_chart gives a changed figure a new
@@ -176,8 +175,7 @@ def test_the_live_charts_follow_the_run_without_rerunning_the_page(app):
     assert len(contents["loss"]) >= 5, contents["loss"]  # it did redraw
     steps = [int(re.search(r"step (\d+) of", text).group(1)) for text in texts]
     assert len(set(steps)) >= 5 and steps == sorted(steps), texts  # the progress bar moved, never back
-    assert {kind: len(numbers) for kind, numbers in elements.items()} == {"loss": 1, "heatmap": 1, "probe": 1,
-                                                                           "network": 1}
+    assert {kind: len(numbers) for kind, numbers in elements.items()} == {"loss": 1, "heatmap": 1, "probe": 1}
     assert sent <= 2, f"{sent} messages to the server: the page reran while nothing changed"
     # each new loss chart came in an answer: to a poll made in the window, to the one in flight when it began,
     # or to a rerun; so the feed carried at least this many
