@@ -54,6 +54,13 @@ LOSS_POINTS = """() => {
 # JavaScript: no script run under way (Streamlit's "running" indicator is absent).
 NOT_RUNNING = "!document.querySelector('[data-testid=\"stStatusWidget\"]')"
 IDLE = f"() => {NOT_RUNNING}"
+# JavaScript: click Pause if it is enabled; whether it was clicked.
+PRESS_PAUSE = """() => {
+  const button = document.querySelector('.st-key-train-pause button');
+  if (!button || button.disabled) return false;
+  button.click();
+  return true;
+}"""
 CHART_TITLES = "() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => (g.layout.title || {}).text || '')"
 
 
@@ -173,10 +180,10 @@ def measure(page, base: str, spec: explorer.ExperimentSpec, sample_s: float = 3.
 
     # Responsiveness: a click during training (Pause) until the page shows the run paused, then Resume.
     pause_answer = None
-    if page.locator(".st-key-train-pause button").is_enabled():
-        click = time.perf_counter()
-        page.locator(".st-key-train-pause button").click()
-        # A short run may finish between the check and the click: then no Resume button comes.
+    click = time.perf_counter()
+    # Pause is clicked only while it is enabled, checked and clicked in one step in the page: a short run may end
+    # (and Pause go disabled) at any moment. A run that ends after the click shows no Resume button.
+    if page.evaluate(PRESS_PAUSE):
         page.wait_for_function("() => document.querySelector('.st-key-train-resume button') || "
                                "document.body.innerText.includes('Finished')", timeout=30_000, polling=20)
         if page.locator(".st-key-train-resume button").count():

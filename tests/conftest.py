@@ -217,7 +217,7 @@ def tier_markers(item) -> set[str]:
 # worker, so it is built once: a session fixture named here is one group, and a module-scoped fixture makes its
 # file one group (a server and Chromium, a JupyterLab, a module's measured runs). Every other test goes to
 # whichever worker is free.
-SHARED_SESSION_FIXTURES = ("local_ray", "executed_notebooks")
+SHARED_SESSION_FIXTURES = ("local_ray", "executed_notebooks", "notebook_lab")
 
 
 def xdist_group(item) -> str | None:
@@ -252,12 +252,17 @@ def pytest_collection_modifyitems(items):
     items[:] = [item for item in items if item not in on_ray] + on_ray
 
 
+# The notebooks that take longest in fast mode, longest first: executed_notebooks starts them first.
+LONGEST_NOTEBOOKS = ("01_ancre", "02_dca", "05_skipless")
+
+
 @pytest.fixture(scope="session")
 def executed_notebooks(tmp_path_factory):
     """{name: notebook} of every notebook executed top to bottom in fast mode, each by a fresh kernel in a
     folder of its own, two kernels at a time with one torch thread each (a notebook's small runs gain little
-    from a second thread, so the two cores of a CI machine run two notebooks); a notebook that failed to run
-    maps to its exception. Shared by the notebook tests and the static site's tests."""
+    from a second thread, so the two cores of a CI machine run two notebooks), the longest started first (so
+    that no long one starts last, beside an idle core); a notebook that failed to run maps to its exception.
+    Shared by the notebook tests and the static site's tests."""
     pytest.importorskip("nbclient")
     sys.path.insert(0, str(ROOT / "notebooks"))
     import build_site
@@ -265,13 +270,67 @@ def executed_notebooks(tmp_path_factory):
     saved = {key: os.environ.get(key) for key in ("EXPLORER_FAST", "OMP_NUM_THREADS")}
     os.environ.update(EXPLORER_FAST="1", OMP_NUM_THREADS="1")  # the kernels inherit them
     try:
+        first = [path for name in LONGEST_NOTEBOOKS for path in build_site.NOTEBOOKS if path.stem == name]
         with ThreadPoolExecutor(max_workers=2) as pool:
             futures = {path.stem: pool.submit(build_site.execute, path, tmp_path_factory.mktemp(path.stem), 600)
-                       for path in build_site.NOTEBOOKS}
-            return {name: future.exception() or future.result() for name, future in futures.items()}
+                       for path in first + [path for path in build_site.NOTEBOOKS if path not in first]}
+            return {path.stem: futures[path.stem].exception() or futures[path.stem].result()
+                    for path in build_site.NOTEBOOKS}
     finally:
         for key, value in saved.items():
             os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
+@pytest.fixture(scope="session")
+def notebook_lab(tmp_path_factory):
+    """One JupyterLab and one Chromium shared by every notebook browser test (each start costs seconds):
+    JupyterLab on 127.0.0.1 (no token, folders of its own, EXPLORER_FAST=1, a run store of its own) serving copies
+    of every notebook, and a Chromium whose tabs open them. Yields `base` (the URL), `context` (Playwright's
+    browser context), `folder` (the copies, and the screenshots) and `close_session(id)`, which shuts a kernel
+    down in the background (JupyterLab answers only once the kernel has exited; the session's end checks that each
+    one did)."""
+    import shutil
+    import subprocess
+    import types
+    import urllib.request
+
+    from browsers import browsing, skip_without_browser
+
+    missing = skip_without_browser("jupyterlab")
+    assert not missing, f"CI needs {' and '.join(missing)} for the JupyterLab tests"
+    folder = tmp_path_factory.mktemp("lab")
+    sys.path.insert(0, str(ROOT / "notebooks"))
+    import build_site
+
+    for path in build_site.NOTEBOOKS:
+        shutil.copy(path, folder)
+    port = browsing.free_port()
+    env = {**os.environ, "EXPLORER_FAST": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+           "EXPLORER_HOME": str(folder / ".explorer-home"), "JUPYTER_RUNTIME_DIR": str(folder / ".runtime"),
+           "JUPYTER_CONFIG_DIR": str(folder / ".config")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip", "127.0.0.1", "--port", str(port),
+         "--IdentityProvider.token=", "--ServerApp.password=", "--allow-root", f"--ServerApp.root_dir={folder}",
+         "--ServerApp.disable_check_xsrf=True",  # close_session's requests come from urllib, with no XSRF cookie
+         f"--LabApp.workspaces_dir={folder / '.workspaces'}", "--LabApp.expose_app_in_browser=True"],
+        cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+
+    closed = []
+    with browsing.running(server, f"{base}/api", 90, "JupyterLab"), ThreadPoolExecutor(max_workers=1) as closing, \
+            browsing.browser(folder / ".profile", height=1400) as first_page:
+
+        def close(session: str) -> None:
+            with urllib.request.urlopen(urllib.request.Request(f"{base}/api/sessions/{session}", method="DELETE"),
+                                        timeout=60):
+                pass
+
+        def close_session(session: str) -> None:
+            closed.append(closing.submit(close, session))
+
+        yield types.SimpleNamespace(base=base, context=first_page.context, folder=folder, close_session=close_session)
+    for future in closed:
+        future.result()  # a kernel that was not shut down says so here
 
 
 @pytest.fixture

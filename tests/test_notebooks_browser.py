@@ -1,15 +1,17 @@
 """Every notebook's widgets in a real JupyterLab, driven by Playwright with Debian's Chromium.
 
-One JupyterLab (loopback port, no token, its own folders, EXPLORER_FAST=1) serves copies of the notebooks
-and one Chromium opens each notebook in its own tab. The test runs only what the widget section needs: the
-first code cell (imports and setup: every widget cell builds on it alone) and the cell that builds the widgets
-(the one that calls `plots.show_in`). tests/test_notebooks.py already runs every cell of every notebook under
-nbclient; rerunning the long paper sections here would add minutes of CI for nothing this test checks.
+The session's JupyterLab (conftest's `notebook_lab`: loopback port, no token, its own folders, EXPLORER_FAST=1)
+serves copies of the notebooks and its Chromium opens each notebook in its own tab. The test runs only what the
+widget section needs: the first code cell (imports and setup: every widget cell builds on it alone) and the cell
+that builds the widgets (the one that calls `plots.show_in`). tests/test_notebooks.py already runs every cell of
+every notebook under nbclient; rerunning the long paper sections here would add minutes of CI for nothing this
+test checks. The quickstart's widgets are checked after a Run All instead (tests/test_notebooks_quickstart_browser.py,
+with this file's CASES entry for it).
 
 It then changes a widget (a slider's readout or a dropdown), presses the section's button and waits until the
 figure in the widget's Output shows the change; the Output must hold the same number of figures as before
 (replaced, not appended), with a new title or trace names and new data, and no output may show a Traceback.
-In one notebook (04_tau, in the same tab and kernel) it also runs the Panel dashboard's cell and checks that the
+In 01_ancre and 04_tau (in the same tab and kernel) it also runs the Panel dashboard's cell and checks that the
 dashboard is drawn in the output area: a Bokeh root of non-zero size holding a Plotly figure with data. Panel loads
 BokehJS from a CDN unless `pn.extension(..., inline=True)`; with no route to the CDN the area stayed blank.
 Before `plots.show_in` (`out.append_display_data(plotly_figure)`) the Output held an empty entry and the
@@ -19,19 +21,15 @@ figure never changed. CI (CI=true) must have Chromium, Playwright and JupyterLab
 import contextlib
 import dataclasses
 import json
-import os
-import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from browsers import browsing, skip_without_browser
+from browsers import skip_without_browser
 
 ROOT = Path(__file__).resolve().parents[1]
 
-MISSING = skip_without_browser("jupyterlab")
+skip_without_browser("jupyterlab")  # skips this module where they are missing; in CI notebook_lab fails instead
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +47,8 @@ class WidgetChange:
 
 CASES = [
     WidgetChange("00_quickstart", (("depth", "15"),), "Train", "depth 10", "depth 15"),
-    WidgetChange("01_ancre", (("depth K", "4"),), "Run", "Linear network, K=3", "Linear network, K=4"),
+    WidgetChange("01_ancre", (("depth K", "4"),), "Run", "Linear network, K=3", "Linear network, K=4",
+                 dashboard="ANCRe explorer"),
     WidgetChange("02_dca", (("task", "affine"), ("depth", "5")), "Run",
                  "identity: 10 layers", "affine: 5 layers"),
     WidgetChange("03_idinit", (("init", "kaiming"),), "Run", "idinit, depth 8", "kaiming, depth 8",
@@ -101,54 +100,29 @@ def shows(text: str, figures: int) -> str:
 
 
 @contextlib.contextmanager
-def jupyterlab(root: Path, timeout: float = 90.0):
-    """JupyterLab serving `root` on 127.0.0.1 (no token, no browser, fast notebooks, a run store of its own);
-    yields its URL."""
-    port = browsing.free_port()
-    env = {**os.environ, "EXPLORER_FAST": "1", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
-           "EXPLORER_HOME": str(root / ".explorer-home"), "JUPYTER_RUNTIME_DIR": str(root / ".runtime"),
-           "JUPYTER_CONFIG_DIR": str(root / ".config")}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip", "127.0.0.1", "--port", str(port),
-         "--IdentityProvider.token=", "--ServerApp.password=", "--allow-root", f"--ServerApp.root_dir={root}",
-         f"--LabApp.workspaces_dir={root / '.workspaces'}", "--LabApp.expose_app_in_browser=True"],
-        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    with browsing.running(server, f"{url}/api", timeout, "JupyterLab"):
-        yield url
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    """One JupyterLab on copies of the notebooks and one Chromium for every test: (base URL, browser context)."""
-    assert not MISSING, f"CI needs {' and '.join(MISSING)} for the JupyterLab test"
-    work = tmp_path_factory.mktemp("lab")
-    for case in CASES:
-        shutil.copy(ROOT / "notebooks" / f"{case.notebook}.ipynb", work)
-    with jupyterlab(work) as base, browsing.browser(work / ".profile", height=1400) as first_page:
-        yield base, first_page.context
-
-
-@contextlib.contextmanager
-def opened(base: str, context, notebook: str):
-    """A tab of JupyterLab at `base` showing `notebook`, its kernel idle; the kernel is shut down after."""
-    page = context.new_page()
+def opened(lab, notebook: str):
+    """A tab of the session's JupyterLab (conftest's `notebook_lab`) showing `notebook`, its kernel idle; the
+    kernel is shut down after, in the background."""
+    page = lab.context.new_page()
     try:
-        page.goto(f"{base}/lab/tree/{notebook}.ipynb?reset")
+        page.goto(f"{lab.base}/lab/tree/{notebook}.ipynb?reset")
         page.wait_for_function("() => window.jupyterapp && document.querySelector('.jp-Notebook .jp-Cell')",
                                timeout=90_000)
         start_kernel(page)
         yield page
     finally:
-        page.evaluate("() => window.jupyterapp && window.jupyterapp.serviceManager.sessions.shutdownAll()")
+        session = page.evaluate("() => { const s = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+                                " return s && s.sessionContext && s.sessionContext.session"
+                                " ? s.sessionContext.session.id : null; }")
         page.close()
+        if session:
+            lab.close_session(session)
 
 
 @pytest.fixture
-def notebook_page(lab, case):
+def notebook_page(notebook_lab, case):
     """A tab showing the case's notebook, its kernel idle; the kernel is shut down after."""
-    base, context = lab
-    with opened(base, context, case.notebook) as page:
+    with opened(notebook_lab, case.notebook) as page:
         yield page
 
 
@@ -221,11 +195,20 @@ def set_widget(page, description: str, value: str) -> None:
         page.keyboard.press("Enter")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[case.notebook for case in CASES])
+QUICKSTART = next(case for case in CASES if case.notebook == "00_quickstart")  # after a Run All: its own test
+AFTER_SETUP = [case for case in CASES if case is not QUICKSTART]
+
+
+@pytest.mark.parametrize("case", AFTER_SETUP, ids=[case.notebook for case in AFTER_SETUP])
 def test_widget_redraws_its_figure_in_jupyterlab(case, notebook_page, tmp_path):
-    page = notebook_page
-    run_cells(page, widget_section_cells(case.notebook))
-    button = page.locator("button.widget-button", has_text=case.button)
+    run_cells(notebook_page, widget_section_cells(case.notebook))
+    check_widget_change(notebook_page, case, tmp_path)
+
+
+def check_widget_change(page, case: WidgetChange, tmp_path) -> None:
+    """With the case's widget section run: its figures, then change the widgets, press the button and check that
+    the figures are replaced with the change (and the case's dashboard, if any, is drawn)."""
+    button = page.locator("button.widget-button", has_text=case.button).first
     if case.drawn_on_run_only:
         button.click(timeout=120_000)
     before = wait_until_shown(page, case.before, case.figures, timeout_ms=120_000)
@@ -250,7 +233,7 @@ def check_dashboard(page, case: WidgetChange, tmp_path) -> None:
     run_cells(page, [index])
     try:
         page.wait_for_function(f"(i) => ({DASHBOARD_FIGURES})(i).some(f => f.width > 0 && f.height > 0 && f.traces > 0"
-                               f" && f.title.includes({json.dumps(case.dashboard)}))", arg=index, timeout=90_000,
+                               f" && f.title.includes({json.dumps(case.dashboard)}))", arg=index, timeout=180_000,
                                polling=500)
     except Exception as error:  # playwright's TimeoutError: say what the output area holds instead
         page.screenshot(path=str(tmp_path / f"dashboard-{case.notebook}.png"))

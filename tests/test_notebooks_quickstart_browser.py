@@ -3,20 +3,17 @@ its widgets still train.
 
 A solution that replaced a name the notebook built (a slider, a button) would leave its widget dead after Run
 All, with no error shown; every solution runs inside a function of its own so that it cannot. This test does
-what the student does: runs every cell top to bottom with JupyterLab's own command, then changes the depth
-slider and presses Train (the figure must show the new depth), and toggles a shortcut on the design board and
-presses its Train (the board must draw that design), with no Traceback anywhere.
+what the student does in the session's JupyterLab (conftest's `notebook_lab`): runs every cell top to bottom
+with JupyterLab's own command, then checks the quickstart's widget section as tests/test_notebooks_browser.py
+checks every notebook's (its CASES entry: the depth slider to 15 and Train redraw the figure, replaced, with
+new data), and then the design board (explorer.design_widget): it toggles the shortcut 0:4, presses the board's
+Train and waits for the loss curve and the table; then adds 0:3 and trains again: the figure shows the new
+design beside the best one and the table keeps both designs. No output may show a Traceback.
 """
 
-import shutil
-from pathlib import Path
+import json
 
-import pytest
-from test_notebooks_browser import MISSING, browsing, jupyterlab, opened, set_widget, tracebacks, wait_until_shown
-from test_notebooks_widget_browser import wait_for_design
-
-ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOK = "00_quickstart"
+from test_notebooks_browser import QUICKSTART, WIDGET_FIGURES, check_widget_change, opened, tracebacks
 
 ALL_RUN = """() => { const panel = window.jupyterapp.shell.currentWidget;
   const cells = panel.content.widgets.filter(c => c.model.type === 'code');
@@ -25,32 +22,49 @@ ALL_RUN = """() => { const panel = window.jupyterapp.shell.currentWidget;
     && !!status && status.getAttribute('data-status') === 'idle'; }"""
 
 
-@pytest.fixture
-def lab(tmp_path):
-    assert not MISSING, f"CI needs {' and '.join(MISSING)} for the JupyterLab test"
-    shutil.copy(ROOT / "notebooks" / f"{NOTEBOOK}.ipynb", tmp_path)
-    with jupyterlab(tmp_path) as base, browsing.browser(tmp_path / ".profile", height=1400) as first_page:
-        yield base, first_page.context
+def output_text(page) -> str:
+    return "\n".join(page.locator(".widget-output").all_inner_texts())
 
 
-def test_after_run_all_the_quickstart_widgets_still_train(lab, tmp_path):
-    base, context = lab
-    with opened(base, context, NOTEBOOK) as page:
+def wait_for_design(page, design: str, timeout_ms: int) -> list[dict]:
+    """Wait until the board's Output shows the figure of `design` and the table; return the board's figures."""
+    js = (f"() => ({WIDGET_FIGURES})().some(g => g.title.startsWith({json.dumps(design + ':')}))"
+          " && Array.from(document.querySelectorAll('.widget-output')).some(o => o.innerText.includes("
+          "'designs tried'))")
+    try:
+        page.wait_for_function(js, timeout=timeout_ms, polling=250)
+    except Exception as error:  # playwright's TimeoutError: say what the Output shows instead
+        raise AssertionError(f"the board never showed {design!r}: {page.evaluate(WIDGET_FIGURES)}, "
+                             f"{output_text(page)[-500:]!r}, tracebacks {tracebacks(page)}") from error
+    return [figure for figure in page.evaluate(WIDGET_FIGURES) if figure["title"].startswith("0:")]
+
+
+def test_after_run_all_the_quickstart_widgets_still_train(notebook_lab, tmp_path):
+    with opened(notebook_lab, QUICKSTART.notebook) as page:
         page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); return true; }")
         try:
-            page.wait_for_function(ALL_RUN, timeout=420_000, polling=1000)
+            page.wait_for_function(ALL_RUN, timeout=420_000, polling=500)
         except Exception as error:  # playwright's TimeoutError: say what is left
             raise AssertionError(f"Run All did not finish; tracebacks {tracebacks(page)}") from error
         assert not tracebacks(page), tracebacks(page)
 
-        set_widget(page, "depth", "15")
-        page.locator("button.widget-button", has_text="Train").first.click()
-        wait_until_shown(page, "depth 15", 1, timeout_ms=120_000)
+        check_widget_change(page, QUICKSTART, tmp_path)
 
-        page.locator("button.widget-toggle-button", has_text="0:4").click(timeout=60_000)
-        page.get_by_text("design: 0:4 (1 of at most 2").wait_for(timeout=30_000)
         board = page.locator(".widget-vbox", has=page.locator("button.widget-toggle-button", has_text="0:4")).last
+        board.locator("button.widget-toggle-button", has_text="0:4").click(timeout=60_000)
+        page.get_by_text("design: 0:4 (1 of at most 2").wait_for(timeout=30_000)
         board.locator("button.widget-button", has_text="Train").click()
-        wait_for_design(page, "0:4", timeout_ms=120_000)
+        first = wait_for_design(page, "0:4", timeout_ms=120_000)
+        assert len(first) == 1 and "reached 1e-06 at step" in first[0]["title"] and len(first[0]["names"]) == 1, first
+
+        board.locator("button.widget-toggle-button", has_text="0:3").click()
+        page.get_by_text("design: 0:3,0:4 (2 of at most 2").wait_for(timeout=30_000)
+        board.locator("button.widget-button", has_text="Train").click()
+        second = wait_for_design(page, "0:3,0:4", timeout_ms=120_000)
         page.screenshot(path=str(tmp_path / "quickstart-after-run-all.png"))
+        assert len(second) == 1, "the board's figure is replaced, not appended"
+        assert set(second[0]["names"]) == {"0:3,0:4", "0:4"}, second  # the new design beside the best one
+        table = output_text(page).split("designs tried, best first:")[-1].splitlines()
+        ranked = [line.split()[1] for line in table if line.strip()[:1].isdigit()]
+        assert ranked == ["0:3,0:4", "0:4"], table  # the session's table keeps both, the faster first
         assert not tracebacks(page), tracebacks(page)
