@@ -218,6 +218,7 @@ CONTROLS = {
     "idinit/momentum-amplifies-asymmetry": ({"swapped": True}, None),
     "tau/backward-sharp-threshold": ({"bounded": "1/L^0.25", "growing": "1/sqrt(L)"}, None),
     "skipless/skips-improve-conditioning": ({"swapped": True}, None),
+    "tau/fig5-1000-layers-width-8": ({"rule": "1/L^0.25"}, None),  # the exploding rate at the same depth
 }
 
 
