@@ -1,7 +1,8 @@
 """Residual Explorer: the web app. Start it with `streamlit run app/streamlit_app.py`.
 
 Five pages: Train (live runs), Inside (probe a run), Compare (overlay runs, launch a grid),
-Papers (each paper's claims, rerun at CPU scale) and Theory (the closed-form results).
+Papers (each paper's claims, rerun at CPU scale) and Theory (the closed-form results); with EXPLORER_ADMIN_TOKEN set,
+Admin (every job) and Class (the teacher's page) too. A running class's pushed link shows above every page.
 """
 
 from pathlib import Path
@@ -38,6 +39,7 @@ pages = [
 ]
 if admin_token():  # the operator's page exists only when a token is set
     pages.append(st.Page(VIEWS / "admin.py", title="Admin", icon=":material/admin_panel_settings:", url_path="admin"))
+    pages.append(st.Page(VIEWS / "classroom.py", title="Class", icon=":material/school:", url_path="classroom"))
 page = st.navigation(pages)
 restrict_data_reads()  # before any page can validate a spec that names a file
 try:
@@ -54,6 +56,21 @@ def store_failure(error: StoreError) -> None:
              icon=":material/database:")
 
 
+def class_banner(train_page) -> None:
+    """The link a running class's teacher pushed (explorer.classroom), above every page: the teacher's line and a
+    link to the Train page set up with it. The class file is parsed again only when it changed."""
+    room = state.classroom().read()
+    if not (room.open and room.link):
+        return
+    said = f" {messages.escape(room.message)}" if room.message else ""
+    with st.container(border=True, key="class-banner"):
+        st.markdown(f":material/campaign: **From your teacher:**{said}")
+        st.page_link(train_page, label=f"Open {messages.escape(room.link_text)} on Train", icon=":material/link:",
+                     query_params=room.link_params())
+
+
+if page.url_path != "classroom":  # the teacher's own page says what it pushed
+    class_banner(pages[0])
 if page.url_path in TRAINING_PAGES:
     try:
         state.store()  # the store their jobs record into: one that cannot open is said before any button is drawn

@@ -32,7 +32,7 @@ from explorer.spec import ExperimentSpec
 from explorer.topology.shortcuts import SHORTCUT_NOTATION, describe_change, state_label, target_label
 from explorer.training import Run, build
 
-__all__ = ["COEFFICIENTS_PROBE", "network_figure", "replay_figure"]
+__all__ = ["COEFFICIENTS_PROBE", "learned_coefficients", "network_figure", "replay_figure"]
 
 COEFFICIENTS_PROBE = "coefficients"  # the probe whose results the network view draws
 PROBE_INPUTS = 8  # validation examples the coefficients probe reads (input-dependent mixes average over them)
@@ -85,7 +85,8 @@ def arcs_of(result: Mapping[str, Any]) -> dict[tuple[int, int], float]:
     return {(i, j): float(own[j, i]) for j in range(1, n) for i in range(j) if own[j, i] != 0 or not forced[j, i]}
 
 
-def _learnable(result: Mapping[str, Any]) -> bool:
+def learned_coefficients(result: Mapping[str, Any]) -> bool:
+    """Whether a coefficients probe result holds coefficients the model learns (else fixed weights)."""
     return bool(np.asarray(result.get("learnable", False)))
 
 
@@ -208,7 +209,7 @@ def _traces(result: Mapping[str, Any], pairs: Sequence[tuple[int, int]], style: 
                    hovertext=[f"<b>{i}:{j}</b> is not in this design; it would add {state_label(i, blocks)} to "
                               f"{target_label(j, n_blocks, blocks)}" for i, j in absent],
                    hovertemplate="%{hovertext}<br><i>click: add %{customdata[0]}</i><extra></extra>")
-    what = "learned<br>coefficient" if _learnable(result) else "weight"
+    what = "learned<br>coefficient" if learned_coefficients(result) else "weight"
     bar = dict(scatter, name="colour scale", x=[None], y=[None], mode="markers", hoverinfo="skip",
                marker=dict(colorscale=style.colorscale(), cmin=style.low, cmax=style.high, color=[style.low],
                            showscale=True, colorbar=dict(title=dict(text=what), thickness=14, len=0.5, y=1.0,
@@ -237,7 +238,7 @@ def _meta(result: Mapping[str, Any]) -> dict[str, Any]:
             "addable": [f"{i}:{j}" for j in range(1, n) for i in range(j) if (i, j) not in arcs]}
 
 
-def network_figure(source: Any, title: str | None = None) -> go.Figure:
+def network_figure(source: Any, title: str | None = None, pairs: Sequence[tuple[int, int]] | None = None) -> go.Figure:
     """The network of `source` (a Run as trained so far, an ExperimentSpec as initialised, or a coefficients
     probe result): states x_0 .. x_L as nodes, blocks f_j as boxes between x_{j-1} and x_j, every shortcut i:j as
     an arc from x_i to x_j whose width and colour give its weight or learned coefficient (`_Style`), the value
@@ -245,12 +246,23 @@ def network_figure(source: Any, title: str | None = None) -> go.Figure:
     `coefficient_heatmap`'s hover of that cell: what the shortcut adds where (`describe_shortcut`) and its number,
     with the equation that made it. Each pair i:j the design lacks has an invisible marker at the apex its arc
     would have, customdata [i:j, "add"]; arcs and apexes carry [i:j, "remove"]; `layout.meta` lists both. States
-    are labelled every k-th one past MAX_TICK_LABELS."""
+    are labelled every k-th one past MAX_TICK_LABELS.
+
+    `pairs` gives one arc trace to each pair i:j listed, in that order (empty where the design lacks it), in place
+    of one per shortcut of the design: figures of different designs on the same pairs then have the same traces,
+    so a widget redraws one in place. It must list every shortcut of the design."""
     result, design = coefficients_result(source)
     n_blocks = len(np.asarray(result["own"])) - 1
     arcs = arcs_of(result)
-    learned = _learnable(result)
-    fig = go.Figure(_traces(result, list(arcs), _Style(list(arcs.values()), n_blocks)))
+    learned = learned_coefficients(result)
+    if pairs is None:
+        pairs = list(arcs)
+    else:
+        pairs = [(int(i), int(j)) for i, j in pairs]
+        left_out = [f"{i}:{j}" for i, j in arcs if (i, j) not in pairs]
+        if left_out:
+            raise ValueError(f"pairs must list every shortcut of the design; add {', '.join(left_out)}")
+    fig = go.Figure(_traces(result, pairs, _Style(list(arcs.values()), n_blocks)))
     xaxis, yaxis = _network_axes(n_blocks)
     fig.add_annotation(xref="paper", yref="paper", x=0, y=0, yshift=-4, xanchor="left", yanchor="top", align="left",
                        showarrow=False, font=dict(size=13, color="#444"),
@@ -406,7 +418,7 @@ def replay_figure(run_or_history: Any, probe_name: str = COEFFICIENTS_PROBE, tit
     menus, sliders = _controls([frame["name"] for frame in frames],
                                min(max(seconds * 1000 / len(steps), FRAME_MS[0]), FRAME_MS[1]))
     if network:
-        what = "learned coefficients" if _learnable(results[-1]) else "weights"
+        what = "learned coefficients" if learned_coefficients(results[-1]) else "weights"
         head = f"Replay of {curve['label']}: the network's {what} (top) and the loss (bottom) at each logged step"
     else:
         head = (f"Replay of {curve['label']}: loss only (the run recorded no {probe_name} snapshots; train with "

@@ -73,9 +73,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("EXPLORER_SESSION_GRACE_S", 60, "seconds a closed session's jobs go on before they stop",
             "seconds after a session ends (its tab closed) before its runs are stopped, so an orphan does not hold "
             "a slot"),
-    Setting("EXPLORER_ADMIN_TOKEN", None, "the token of the operator's page /admin",
+    Setting("EXPLORER_ADMIN_TOKEN", None, "the token of the operator's pages /admin and /classroom",
             "when set, the page `/admin?token=<it>` lists every job on the server (whose session, how far) and stops "
-            "any", shown_default="unset"),
+            "any, and `/classroom?token=<it>` is the teacher's page of a class (below)", shown_default="unset"),
     Setting("EXPLORER_DATA_CACHE_MB", 256, "megabytes the dataset cache may hold",
             "generated datasets kept for reuse (least recently used dropped first); every run gets its own copy",
             low=0, worker=True),

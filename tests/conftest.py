@@ -96,6 +96,7 @@ PAGE_SMOKES = (
     "test_app_papers.py::test_each_paper_section_renders_with_its_equations_claims_and_presets",
     "test_app_theory.py::test_page_renders_every_chart_without_messages",
     "test_app_sessions.py::test_the_admin_page_lists_every_job_and_stops_one",
+    "test_app_classroom.py::test_the_teacher_starts_a_class_pushes_a_link_and_sees_the_named_board",
 )
 # Tests that take a second or more on a loaded 2-core machine, or a parametrized matrix that takes tens of
 # seconds in all (file::test, every parametrization; or a whole file); each module keeps fast tests elsewhere.

@@ -21,6 +21,7 @@ import pytest
 
 import explorer
 from browsers import browsing, skip_without_browser
+from explorer.papers import PAPERS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,18 +63,18 @@ def app(tmp_path_factory):
 def test_training_a_preset_shows_the_loss_and_the_heatmap(app, tmp_path):
     base, page, home = app
     elsewhere = browsing.requests_elsewhere(page)  # none: no CDN, no icon from Google's fonts
-    spec = explorer.preset(browsing.PRESET).with_values({"train.steps": 1000, "train.log_every": 10})
+    spec = explorer.preset(browsing.PRESET).with_values({"train.steps": 200, "train.log_every": 10})
     seen = browsing.measure(page, base, spec, sample_s=2.0)
     print(json.dumps({k: v for k, v in seen.items() if k != "chart_titles"}, indent=1))
     (tmp_path / "timings.json").write_text(json.dumps(seen, indent=2))
     assert seen["exceptions"] == 0
     assert any(": loss" in title for title in seen["chart_titles"]), seen["chart_titles"]
     assert any("Shortcut coefficients" in title for title in seen["chart_titles"]), seen["chart_titles"]
-    page.get_by_text("Finished 1000 steps").wait_for(timeout=60_000)  # the box follows the progress line's "finished"
-    assert page.get_by_text("Finished 1000 steps").count() == 1
+    page.get_by_text("Finished 200 steps").wait_for(timeout=60_000)  # the box follows the progress line's "finished"
+    assert page.get_by_text("Finished 200 steps").count() == 1
     assert elsewhere == []
     runs = explorer.RunStore(home).list()
-    assert [run["status"] for run in runs] == ["finished"] and runs[0]["steps_done"] == 1000
+    assert [run["status"] for run in runs] == ["finished"] and runs[0]["steps_done"] == 200
     shot = tmp_path / "train-page.png"
     page.screenshot(path=str(shot))
     assert shot.stat().st_size > 10_000
@@ -130,14 +131,15 @@ CHART_ELEMENTS = """() => {
   return Array.from(document.querySelectorAll('.js-plotly-plot')).map(g => {
     if (!window.chartNumbers.has(g)) window.chartNumbers.set(g, window.chartsSeen++);
     const title = (g.layout.title || {}).text || '';
-    const kind = title.endsWith(': loss') ? 'loss' : title.includes('Shortcut coefficients') ? 'heatmap' : 'probe';
+    const kind = title.endsWith(': loss') ? 'loss' : title.includes('Shortcut coefficients') ? 'heatmap'
+      : title.includes('the network at step') ? 'network' : 'probe';
     return [kind, window.chartNumbers.get(g), g.data.map(t => (t.x || []).length).join(',')];
   });
 }"""
 
 
 def test_the_live_charts_follow_the_run_without_rerunning_the_page(app):
-    """While a run trains, its progress, loss, heatmap and probe charts follow it by polling the page's feed
+    """While a run trains, its progress, loss, network, heatmap and probe charts follow it by polling the page's feed
     (explorer_app.live_feed), in the same elements (Plotly.react): Streamlit does not rerun the page five
     times a second (each rerun cost the browser and the server half a core beside the training), only when
     the run's state changes. A chart remounted at each redraw (st.plotly_chart gives a changed figure a new
@@ -175,7 +177,8 @@ def test_the_live_charts_follow_the_run_without_rerunning_the_page(app):
     assert len(contents["loss"]) >= 5, contents["loss"]  # it did redraw
     steps = [int(re.search(r"step (\d+) of", text).group(1)) for text in texts]
     assert len(set(steps)) >= 5 and steps == sorted(steps), texts  # the progress bar moved, never back
-    assert {kind: len(numbers) for kind, numbers in elements.items()} == {"loss": 1, "heatmap": 1, "probe": 1}
+    assert {kind: len(numbers) for kind, numbers in elements.items()} == {"loss": 1, "heatmap": 1, "probe": 1,
+                                                                           "network": 1}
     assert sent <= 2, f"{sent} messages to the server: the page reran while nothing changed"
     # each new loss chart came in an answer: to a poll made in the window, to the one in flight when it began,
     # or to a rerun; so the feed carried at least this many
@@ -240,15 +243,23 @@ def test_the_compare_grid_follows_its_feed_without_rerunning_the_page(app):
     assert browsing.exceptions(page) == 0
 
 
-def test_a_claims_job_follows_its_feed_without_rerunning_the_page(app):
-    """"Run all claims" on the Papers page: the job's progress bar follows its feed from claim to claim, and
-    the page sends Streamlit only the click and, once the job ends, one rerun that draws the verdicts."""
-    base, page, _ = app
+def claims_follow_their_feed(page, base: str, paper: str) -> None:
+    """"Run all claims" of `paper` on the Papers page: the job's progress bar follows its feed from claim to
+    claim, and the page sends Streamlit only the click and, once the job ends, one rerun that draws the verdicts.
+    (Checked in the memory test below, whose claims run this is.)"""
     polls, sent = [], []
-    page.on("request", lambda request: polls.append(request.url) if "/live/" in request.url else None)
-    page.on("websocket", lambda socket: socket.on("framesent", lambda frame: sent.append(frame)))
-    page.goto(f"{base}/papers?paper={urllib.parse.quote('Cutting the Skip')}")
-    button = ".st-key-papers-run-all-skipless button"
+
+    def on_request(request):
+        if "/live/" in request.url:
+            polls.append(request.url)
+
+    def on_socket(socket):
+        socket.on("framesent", lambda frame: sent.append(frame))
+
+    page.on("request", on_request)
+    page.on("websocket", on_socket)
+    page.goto(f"{base}/papers?paper={urllib.parse.quote(PAPERS[paper].tab)}")
+    button = f".st-key-papers-run-all-{paper} button"
     page.wait_for_function(f"() => document.querySelectorAll('{button}').length >= 1 && {browsing.NOT_RUNNING}",
                            timeout=120_000)
     sent.clear()
@@ -259,7 +270,9 @@ def test_a_claims_job_follows_its_feed_without_rerunning_the_page(app):
         # read in one call: the bar goes when the page reruns for the job's end
         texts.append(page.evaluate("() => document.querySelector('.explorer-live-progress')?.innerText ?? ''"))
         time.sleep(0.1)
-    total = len(explorer.papers.claims.claims("skipless"))
+    page.remove_listener("request", on_request)
+    page.remove_listener("websocket", on_socket)
+    total = len(explorer.papers.claims.claims(paper))
     claims_seen = {int(found.group(1)) for text in texts if (found := re.match(rf"Claim (\d+) of {total}", text))}
     assert len(claims_seen) >= 2, texts  # it moved from claim to claim
     assert polls and len(sent) <= 3, f"{len(sent)} messages to the server while the claims ran"
@@ -387,14 +400,14 @@ def test_the_servers_memory_stays_bounded_over_runs_and_claims(app):
     """The memory bound at CI size: models and data live in the workers and the caches are bounded, so
     the server's resident memory after 8 more runs and one paper's claims (fast mode, from the Papers page)
     stays under 1.5x its memory after the first run (benchmarks/app_responsiveness.py does 50 runs and every
-    paper)."""
+    paper). The claims job's page follows its feed without rerunning (claims_follow_their_feed)."""
     base, page, home = app
     spec = explorer.preset("tau-fig1-1/sqrt(L)").with_values(browsing.TOY)
     browsing.train_on_page(page, base, spec)
     first = browsing.rss_mb(base.pid)
     for _ in range(8):
         assert browsing.train_on_page(page, base, spec)["exceptions"] == 0
-    assert browsing.run_every_claim(page, base, timeout_ms=600_000, tabs=("IDInit",)) == 0
+    claims_follow_their_feed(page, base, "idinit")
     after = browsing.rss_mb(base.pid)
     print(f"server RSS {first:.0f} MB after the first run, {after:.0f} MB after 8 more and IDInit's claims")
     assert after < 1.5 * first, (first, after)

@@ -22,7 +22,7 @@ LAYERS = (
     ("explorer.training", "explorer.probes", "explorer.plots", "explorer.theory", "explorer.diagnosis",
      "explorer.network_view"),
     ("explorer.papers", "explorer.runs", "explorer.sweeps", "explorer.batched", "explorer.fuzz",
-     "explorer.challenge", "explorer.design_widget"),
+     "explorer.challenge", "explorer.design_widget", "explorer.network_widget"),
     ("explorer.cli", "explorer"),  # the command line and the public facade (explorer/__init__.py)
 )
 

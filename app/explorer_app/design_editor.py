@@ -24,13 +24,14 @@ import streamlit as st
 import explorer
 from explorer.nn.base import n_blocks
 from explorer.registries import SpecError
-from explorer_app import messages, spec_form
+from explorer_app import messages, spec_form, state
 
 TOPOLOGY = "shortcuts"
 NAME_KEY = f"{spec_form.PREFIX}topology.name"
 TEXT_KEY = spec_form.widget_key("topology", TOPOLOGY, "shortcuts")
 LEARNABLE_KEY = spec_form.widget_key("topology", TOPOLOGY, "learnable")
 CLICKS = "design-clicks"  # how many clicks were taken: a part of the matrix's key, so each figure starts unselected
+DRAWN = "design-drawn"  # {the matrix's key: the design text it shows}: what a click on it means
 SELECTED = "design-selected"  # the shortcut the weight input edits, as "i:j"
 WEIGHT = "design-weight"
 LEARNABLE = "design-learnable"
@@ -135,7 +136,7 @@ def design_figure(blocks: int, design: dict[tuple[int, int], float], selected: t
                    range=[-0.5, blocks - 0.5], fixedrange=True, showgrid=False, zeroline=False),
         yaxis=dict(title=dict(text="into x_j (block j's output)"), tickmode="array", tickvals=targets,
                    range=[blocks + 0.5, 0.5], fixedrange=True, showgrid=False, zeroline=False),
-        height=min(160 + 60 * blocks, 640), margin=dict(l=60, r=20, t=50, b=50), showlegend=False,
+        height=min(110 + 55 * blocks, 640), margin=dict(l=60, r=20, t=40, b=50), showlegend=False,
         plot_bgcolor="white", clickmode="event+select", dragmode=False)
     return fig
 
@@ -145,18 +146,55 @@ def _write(design: dict[tuple[int, int], float]) -> None:
     st.session_state[TEXT_KEY] = explorer.shortcuts_text(design)
 
 
-def _clicked(key: str, blocks: int) -> None:
-    """A click on the matrix: toggle the clicked cell's shortcut in the form's text and select it."""
-    points = st.session_state.get(key, {}).get("selection", {}).get("points", [])
+def count_click() -> None:
+    """Count a click on a drawing of the design (the matrix, the network view): their keys change with the count,
+    so each is drawn again unselected."""
     st.session_state[CLICKS] = st.session_state.get(CLICKS, 0) + 1
+
+
+def clicks() -> int:
+    return st.session_state.get(CLICKS, 0)
+
+
+def toggle(cell: tuple[int, int]) -> None:
+    """Add or remove the shortcut `cell` in the form's text and select it. A widget callback's work (it runs
+    before the form is drawn)."""
+    design = toggled(current_design(), cell)
+    _write(design)
+    st.session_state[SELECTED] = cell_text(cell) if cell in design else None
+
+
+def take_click(cell: tuple[int, int], action: str) -> None:
+    """A click on a drawing of the design (the matrix, the network view) that said it would `action` ("add" or
+    "remove") the shortcut `cell`: done only while it still means that against the form's design, so the same
+    click taken twice (an event delivered again by a rerun) adds or removes the shortcut once."""
+    if (action == "remove") == (cell in current_design()):
+        toggle(cell)
+
+
+def current_chart(prefix: str, key: str) -> bool:
+    """Whether `key` is the drawing now on the page (`prefix` + the click count): a selection event of a drawing
+    that a click has already replaced (the same event delivered again by an interrupted rerun) is not a click."""
+    return key == f"{prefix}-{clicks()}"
+
+
+def _clicked(key: str, blocks: int) -> None:
+    """A click on the matrix: add the clicked cell's shortcut if the drawing clicked lacked it, else remove it
+    (`take_click`)."""
+    if not current_chart("design-matrix", key):
+        return
+    points = st.session_state.get(key, {}).get("selection", {}).get("points", [])
+    count_click()
     cells = {(int(round(p["x"])), int(round(p["y"]))) for p in points if "x" in p and "y" in p}
     cells &= set(clickable(blocks))
     if len(cells) != 1:  # a box or lasso, or a click beside the markers
         return
     cell = cells.pop()
-    design = toggled(current_design(), cell)
-    _write(design)
-    st.session_state[SELECTED] = cell_text(cell) if cell in design else None
+    try:
+        shown = explorer.parse_shortcuts(st.session_state.get(DRAWN, {}).get(key, ""))
+    except SpecError:
+        shown = {}
+    take_click(cell, "remove" if cell in shown else "add")
 
 
 def _weighted() -> None:
@@ -199,7 +237,8 @@ def render(raw: dict) -> None:
         st.session_state[SELECTED] = names[-1] if names else None
     selected = st.session_state[SELECTED]
     cell = next((c for c in design if cell_text(c) == selected), None)
-    key = f"design-matrix-{st.session_state.get(CLICKS, 0)}"
+    key = f"design-matrix-{clicks()}"
+    st.session_state[DRAWN] = {key: explorer.shortcuts_text(design)}
     st.plotly_chart(design_figure(blocks, design, cell), key=key, on_select=lambda: _clicked(key, blocks),
                     selection_mode="points", config={"displaylogo": False, "displayModeBar": False}, theme=None)
     st.caption(f"Click a cell i:j to add or remove that shortcut ({blocks} blocks): {explorer.SHORTCUT_NOTATION}. "
@@ -281,9 +320,76 @@ def unscored_setup(spec) -> SpecError | None:
     return None
 
 
+CLASS_NAME = "class-name"  # the display name typed for the class board
+CLASS_POSTED = "class-posted"  # (class started at, job ids this session put on the board)
+CLASS_MESSAGE = "class-message"  # why the last name or post was refused
+
+
+def _name_changed() -> None:
+    """The display name field's callback: the class board shows this browser's runs under it."""
+    try:
+        state.classroom().set_name(state.student(), st.session_state.get(CLASS_NAME, ""))
+        st.session_state.pop(CLASS_MESSAGE, None)
+    except SpecError as error:
+        st.session_state[CLASS_MESSAGE] = messages.spec_error(error)
+
+
+def post_to_class(room, tries: dict) -> None:
+    """Put this session's judged runs (`scored_tries`'s rows) on the class board, each once, once the student has
+    a name there."""
+    owner = state.student()
+    if owner is None or owner not in room.names:
+        return
+    started, posted = st.session_state.get(CLASS_POSTED, (None, set()))
+    if started != room.started:
+        posted = set()
+    for job_id, row in tries.items():
+        if job_id in posted:
+            continue
+        try:
+            state.classroom().post(owner, job_id, row.get("label", ""), row)
+        except SpecError as error:
+            st.session_state[CLASS_MESSAGE] = messages.spec_error(error)
+            break
+        posted.add(job_id)
+    st.session_state[CLASS_POSTED] = (room.started, posted)
+
+
+def class_board_table(room, top: int | None = None) -> list[dict]:
+    """The class board's rows as a table shows them (st.dataframe shows cells as text, never as markdown)."""
+    from explorer import challenge, classroom
+
+    task = challenge.CHALLENGE
+    return [{"rank": row["rank"], "name": row["name"], "design": row["design"],
+             f"steps to {task.target_loss:g}": "not reached" if row["steps"] is None else row["steps"],
+             "last loss": challenge.loss_text(row["final_loss"])}
+            for row in classroom.board(room)[:top]]
+
+
+def class_part(room) -> None:
+    """A running class's part of the challenge: the display name and the class board's best rows."""
+    owner = state.student()
+    if CLASS_NAME not in st.session_state and owner in room.names:
+        st.session_state[CLASS_NAME] = room.names[owner]
+    from explorer.classroom import NAME_CHARS
+
+    st.text_input("Your name on the class board", key=CLASS_NAME, max_chars=NAME_CHARS, on_change=_name_changed,
+                  placeholder="any name; press Enter",
+                  help="Your challenge runs go to the class board under this name (this browser, all its tabs).")
+    if st.session_state.get(CLASS_MESSAGE):
+        st.caption(f"Not on the class board: {st.session_state[CLASS_MESSAGE]}")
+    rows = class_board_table(room, top=10)
+    if rows:
+        st.dataframe(rows, hide_index=True, key="class-board")
+    else:
+        st.caption("The class board is empty: name yourself and train a design.")
+
+
 def challenge_panel(jobs, spec) -> None:
     """The design challenge (in the current container): the task, a button that loads its set-up, whether the
-    form's design keeps the rules, the session's table of designs tried and, on request, the papers' answer."""
+    form's design keeps the rules, the session's table of designs tried and, on request, the papers' answer.
+    While a class runs (explorer.classroom), a display name puts the session's runs on the class board, and the
+    answer shows once the teacher reveals it."""
     from explorer import challenge
 
     task = challenge.CHALLENGE
@@ -308,7 +414,13 @@ def challenge_panel(jobs, spec) -> None:
         st.caption("Your scored designs appear here (this session only).")
     if unscored:
         st.markdown("**Not scored:**\n" + "\n".join(f"- {messages.escape(line)}" for line in unscored))
-    if st.toggle("Show the papers' answer", key="challenge-reveal"):
+    room = state.classroom().read()
+    if room.open:
+        post_to_class(room, st.session_state.get(TRIES, {}))
+        class_part(state.classroom().read())
+    if room.open and not room.revealed:
+        st.caption("The papers' answer shows here once your teacher reveals it.")
+    elif st.toggle("Show the papers' answer", key="challenge-reveal"):
         answer = challenge.reference(measure=False)  # the server trains nothing itself: Train it to measure it
         tried = next((r for r in rows if r["design"] == answer["design"] and r["steps"] is not None), None)
         steps = "train it to see its steps" if tried is None else f"{tried['steps']} steps in your table"

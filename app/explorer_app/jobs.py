@@ -574,6 +574,7 @@ class JobQueue:
         self.max_jobs, self.store = max_jobs, store
         self.max_per_session, self.grace_s, self.worker_idle_mb = max_per_session, grace_s, worker_idle_mb
         self.max_per_address, self.max_queued = max_per_address, max_queued
+        self.server_caps = (max_per_session, max_per_address)  # the ceiling of `limit`
         self._browsers: dict[str, str] = {}  # session -> the browser it is a tab of (same_browser)
         self._addresses: dict[str, str] = {}  # session -> the network address it connects from (same_address)
         self._lock = threading.Lock()
@@ -593,6 +594,21 @@ class JobQueue:
         self.claim_threads = threads_per_job(max_jobs, self.cores)
         if alive is not None and reap_every is not None:
             threading.Thread(target=self._reap_forever, name="explorer-job-reaper", daemon=True).start()
+
+    def limit(self, per_session: int | None = None, per_address: int | None = None) -> None:
+        """Set the per-browser and per-address caps at run time (a class's teacher does), each at most the one the
+        queue was made with (None: that one). Jobs already queued stay; the next submit meets the new caps."""
+        def capped(value, server):
+            return server if value is None else value if server is None else min(value, server)
+
+        with self._lock:
+            self.max_per_session = capped(per_session, self.server_caps[0])
+            self.max_per_address = capped(per_address, self.server_caps[1])
+
+    def browser_of(self, session: str) -> str:
+        """The browser a session is a tab of (`same_browser`), or the session itself where none was said."""
+        with self._lock:
+            return self._browsers.get(session, session)
 
     def active_jobs(self, session: str | None = None) -> list[Job]:
         """Jobs still queued, running or paused (of one session, or all)."""
@@ -693,7 +709,8 @@ class JobQueue:
                 return SessionLimit(
                     f"this browser already has {held} run(s) training or waiting, across its tabs, and may not add "
                     f"{these}: one browser may have at most {self.max_per_session} on this server "
-                    f"(EXPLORER_MAX_JOBS_PER_SESSION={self.max_per_session}); wait for one to end or stop one{fewer}",
+                    f"({self._cap_source(self.max_per_session, 0, 'EXPLORER_MAX_JOBS_PER_SESSION')}); wait for one "
+                    f"to end or stop one{fewer}",
                     "EXPLORER_MAX_JOBS_PER_SESSION")
         address = self._addresses.get(session) if session is not None else None
         if address is not None and self.max_per_address is not None:
@@ -702,7 +719,8 @@ class JobQueue:
                 return SessionLimit(
                     f"your network address already has {held} run(s) training or waiting, from all its browsers, "
                     f"and may not add {these}: one address may have at most {self.max_per_address} on this server "
-                    f"(EXPLORER_MAX_JOBS_PER_ADDRESS={self.max_per_address}); wait for one to end or stop one{fewer} "
+                    f"({self._cap_source(self.max_per_address, 1, 'EXPLORER_MAX_JOBS_PER_ADDRESS')}); wait for one "
+                    f"to end or stop one{fewer} "
                     "(a class sharing one address: ask the lecturer to raise it)", "EXPLORER_MAX_JOBS_PER_ADDRESS")
         if self.max_queued is not None:
             running, waiting = len(self._running_jobs), len(self._waiting)
@@ -713,6 +731,13 @@ class JobQueue:
                     f"waiting), and at most {self.max_queued} may wait (EXPLORER_MAX_QUEUED={self.max_queued}); "
                     f"try again when one ends{fewer}", "EXPLORER_MAX_QUEUED")
         return None
+
+    def _cap_source(self, cap: int, which: int, setting: str) -> str:
+        """Who set a cap, for a refusal: the server's variable, or the class's teacher below it."""
+        server = self.server_caps[which]
+        if server is not None and cap < server:
+            return f"the class's limit, set by the teacher; the server's {setting}={server}"
+        return f"{setting}={cap}"
 
     def _held(self, mine: Callable[[str], bool]) -> int:
         """(Under the queue's lock.) Active jobs of the sessions for which `mine(session)` holds."""

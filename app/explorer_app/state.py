@@ -9,8 +9,10 @@ import streamlit as st
 
 import explorer
 from explorer.cache import LRUCache
+from explorer.classroom import Classroom
 from explorer.registries import SpecError
 from explorer.runs import home
+from explorer.settings import admin_token
 from explorer_app.jobs import Job, JobQueue, SessionLimit  # noqa: F401  (SessionLimit: for the pages)
 from explorer_app.limits import limits
 from explorer_app.workers import shared_pool
@@ -27,8 +29,37 @@ def job_queue() -> JobQueue:
     Its jobs run in a pool of EXPLORER_MAX_JOBS worker processes shared by every queue of this server; a worker
     that keeps more than EXPLORER_WORKER_IDLE_MB after a job is replaced."""
     caps = limits()
-    return _job_queue(caps.max_jobs, str(home()), caps.max_jobs_per_session, caps.session_grace_s,
-                      caps.worker_idle_mb, caps.max_jobs_per_address, caps.max_queued)
+    queue = _job_queue(caps.max_jobs, str(home()), caps.max_jobs_per_session, caps.session_grace_s,
+                       caps.worker_idle_mb, caps.max_jobs_per_address, caps.max_queued)
+    room = classroom().read()  # a running class's teacher may lower the per-browser and per-address caps
+    queue.limit(*((room.per_session, room.per_address) if room.open else ()))
+    return queue
+
+
+def classroom() -> Classroom:
+    """The class on this server (explorer.classroom): its file in the run store's folder, EXPLORER_HOME."""
+    return Classroom(home())
+
+
+def student() -> str | None:
+    """Who this session is on the class board: its browser (all its tabs are one student), else the session."""
+    return browser_id() or session_id()
+
+
+def operator_only(url_path: str) -> None:
+    """Stop the page here unless it was opened with the server's EXPLORER_ADMIN_TOKEN (/url_path?token=..., kept for
+    the session and taken out of the address bar): no token set, or another one, shows one line and nothing else."""
+    import hmac
+
+    expected = admin_token()
+    given = st.query_params.get("token", "") or st.session_state.get("admin-token", "")
+    if not expected or not hmac.compare_digest(str(given).encode(), expected.encode()):
+        st.info(f"Open this page as /{url_path}?token=... with the server's EXPLORER_ADMIN_TOKEN.",
+                icon=":material/lock:")
+        st.stop()
+    st.session_state["admin-token"] = given
+    if "token" in st.query_params:
+        del st.query_params["token"]  # out of the address bar (and of anything copied from it)
 
 
 def session_id() -> str | None:

@@ -5,22 +5,12 @@ to a browser that opened it as /admin?token=<that value> (kept for the session).
 see what holds the job slots (whose session, how far, since when) and to stop any job.
 """
 
-import hmac
-
 import streamlit as st
 
-from explorer.settings import admin_token
 from explorer_app import messages, state
 
 st.title("Admin: jobs on this server")
-expected = admin_token()
-given = st.query_params.get("token", "") or st.session_state.get("admin-token", "")
-if not expected or not hmac.compare_digest(given.encode(), expected.encode()):
-    st.info("Open this page as /admin?token=... with the server's EXPLORER_ADMIN_TOKEN.", icon=":material/lock:")
-    st.stop()
-st.session_state["admin-token"] = given
-if "token" in st.query_params:
-    del st.query_params["token"]  # out of the address bar (and of anything copied from it)
+state.operator_only("admin")
 
 queue = state.job_queue()
 running, waiting = queue.counts()

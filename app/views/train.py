@@ -1,8 +1,8 @@
 """Train: set up an experiment, train it live, and watch its loss, shortcut heatmap and one probe.
 
-At a projector's 1280x720 one screen holds the design (left) and the controls with the live loss chart under them
-(right); the explanation of a run that diverged or stalled, then the heatmap and the probe's figures, follow below at
-the page's full width.
+At a projector's 1280x720 one screen holds the design (left: the network view, explorer_app.network_panel, above the
+shortcut matrix) and the controls with the live loss chart under them (right); the explanation of a run that diverged
+or stalled, an ended run's replay, then the heatmap and the probe's figures, follow below at the page's full width.
 
 The form (sidebar) is generated from the registries and mirrored in the URL; the session keeps it (and the
 live-probe choices), so it is the same when the user comes back from another page. Training runs as a job
@@ -10,8 +10,8 @@ in a worker process (explorer_app.jobs). While it trains, the progress bar and t
 rerunning the page: the page publishes a feed of them (explorer_app.live_feed) that the browser polls five
 times a second, and the page reruns only when the run's state changes (queued, running, paused, ended, its
 first probe result), so the buttons and messages follow. Where no feed is served (Streamlit's AppTest,
-`streamlit run app/streamlit_app.py`) two fragments redraw the live view on timers instead, reading only the
-rows logged since their last call. Every run is saved in the run store. The buttons stay in the live view's
+`streamlit run app/streamlit_app.py`) fragments redraw the live view, the network view and the probe charts on
+timers instead, reading only the rows logged since their last call. Every run is saved in the run store. The buttons stay in the live view's
 fragment: in a fragment of their own, a click could land while a rerun of another fragment cut theirs short,
 and the page kept showing Resume (or Pause) for a run in the other state.
 """
@@ -27,8 +27,8 @@ import streamlit as st
 import explorer
 from explorer import plots
 from explorer.registries import SpecError
-from explorer_app import (design_editor, diagnosis_view, figures, jobs, limits, live_feed, messages, spec_form, state,
-                          uploads)
+from explorer_app import (design_editor, diagnosis_view, figures, jobs, limits, live_feed, messages, network_panel,
+                          spec_form, state, uploads)
 
 REFRESH_S = 0.2  # without a feed: the live view's refresh period while a job is active (five redraws per second)
 # The heatmap's and the live probe's refresh period (results come every `probe every` steps, up to ten a
@@ -44,8 +44,6 @@ probe_names = [name for name in explorer.registry("probes") if name != LIVE_PROB
 caps = limits.limits()
 
 st.title("Train")
-st.caption("Set up data, model, topology and initialisation in the sidebar, press **Train**, and watch it learn. "
-           "The address bar holds the whole experiment: copy it to share the set-up.")
 
 
 # ---- the experiment, from the URL or the form --------------------------------------------------
@@ -101,8 +99,10 @@ def load_preset() -> None:
 
 load_from_url()
 restore_form()
-with st.sidebar:
+with st.sidebar:  # the page's how-to sits with the form it explains: the screen under the title is the run's
     st.subheader("Experiment")
+    st.caption("Set up data, model, topology and initialisation here, press **Train**, and watch it learn. "
+               "The address bar holds the whole experiment: copy it to share the set-up.")
     presets = explorer.registry("presets")
     st.selectbox("Start from a preset", [KEEP_FORM, *presets], key="train-preset", on_change=load_preset,
                  help="A paper's set-up, scaled to run on a CPU. Choosing one replaces the form.")
@@ -141,6 +141,7 @@ def shortcut_editor() -> None:
 
 
 with design_column:
+    network_area = st.container()  # the network view, drawn once the live view has published the run's feed
     shortcut_editor()
 
 
@@ -188,6 +189,11 @@ heatmap_basis = basis_column.selectbox("Heatmap basis", ["default", *plots.COEFF
                                      "ANCRe, unrolled otherwise; unrolled: weight of each earlier branch output in "
                                      "each block's input (comparable across topologies); own: the topology's own "
                                      "coefficients; log_ratio: ANCRe's log(c_ij / max_j c) view.")
+run_probe_every = network_panel.probe_every(spec, int(probe_every)) if spec is not None else int(probe_every)
+if run_probe_every < probe_every:
+    design_column.caption(f"This small net learns its coefficients: a run of it probes every {run_probe_every} "
+                          f"steps (at most {network_panel.MAX_SNAPSHOTS} times), so the network view and its replay "
+                          "follow them step by step.")
 
 
 def start(spec) -> None:
@@ -200,8 +206,8 @@ def start(spec) -> None:
         return
     label = f"{spec.model.name} {spec.topology.name} #{len(state.session_jobs()) + 1}"
     try:
-        job = state.submit(spec, label, probes={LIVE_PROBE: {}, probe_name: {}}, probe_every=int(probe_every),
-                           optional_probes=(probe_name,))
+        job = state.submit(spec, label, probes={LIVE_PROBE: {}, probe_name: {}},
+                           probe_every=network_panel.probe_every(spec, int(probe_every)), optional_probes=(probe_name,))
     except state.SessionLimit as refused:
         st.session_state["train-message"] = f"Not started: {messages.escape(refused)}"
         return
@@ -254,31 +260,35 @@ def loss_version(view) -> str:
 
 
 def publish_feed(job) -> str | None:
-    """Serve the run's progress, loss, heatmap and probe charts to the browser (explorer_app.live_feed),
-    under this session's token (kept, with what it built, while the run and the chart options stay); None
-    where no feed is served. The feed reads only the rows logged since its last read, and builds the
-    heatmap and probe figures at most once per PROBE_REFRESH_S."""
+    """Serve the run's progress, loss, network view, heatmap and probe charts to the browser
+    (explorer_app.live_feed), under this session's token (kept, with what it built, while the run and the chart
+    options stay); None where no feed is served. The feed reads only the rows logged since its last read, and
+    builds the network, heatmap and probe figures at most once per PROBE_REFRESH_S."""
     if not live_feed.served:
         return None
     basis, probe = heatmap_basis, probe_name  # the widgets' values now (a change reruns the page)
+    network_px = network_panel.height(form.raw)  # under it, the matrix of a shortcuts design or nothing
     reader = jobs.HistoryReader(job)
-    probes: dict = {"at": float("-inf"), "step": None, "charts": (None, [])}
+    probes: dict = {"at": float("-inf"), "step": None, "charts": (None, []), "network": None}
 
     def source() -> live_feed.State:
         view = reader.view()
         charts = {"loss": live_feed.Chart(loss_version(view), lambda: loss_figure(view))}
         now = time.monotonic()
         if view.probe_step != probes["step"] and (now - probes["at"] >= PROBE_REFRESH_S or not view.active):
-            probes.update(at=now, step=view.probe_step, charts=build_probe_charts(view, basis, probe))
-        heatmap, probe_figs = probes["charts"]
+            probes.update(at=now, step=view.probe_step, charts=build_probe_charts(view, basis, probe),
+                          network=network_panel.run_figure(view, network_px))
+        (heatmap, probe_figs), network = probes["charts"], probes["network"]
         version = str(probes["step"])
         if heatmap is not None:
             charts["heatmap"] = live_feed.Chart(version, lambda: heatmap)
+        if network is not None:
+            charts["network"] = live_feed.Chart(version, lambda: network)
         for i, fig in enumerate(probe_figs):
             charts[f"probe-{i}"] = live_feed.Chart(version, lambda fig=fig: fig)
         return live_feed.State(stamp(view), view.active, (progress_fraction(view), progress_text(view)), charts)
 
-    token = live_feed.publish(source, st.session_state.get("train-feed"), key=(job.id, basis, probe))
+    token = live_feed.publish(source, st.session_state.get("train-feed"), key=(job.id, basis, probe, network_px))
     st.session_state["train-feed"] = token
     return token
 
@@ -490,8 +500,30 @@ st.session_state["train-active"] = active
 timers = active and not live_feed.served  # a feed needs no timer: the browser polls it
 with run_column:
     st.fragment(run_every=REFRESH_S if timers else None)(live_view)()
+
+
+def network_view() -> None:
+    """The network view above the design matrix (explorer_app.network_panel): the run's network while it trains,
+    following the feed, or without one refreshed every PROBE_REFRESH_S by this fragment; otherwise the form's
+    design, which a click edits."""
+    if live_feed.stale():
+        st.rerun(scope="app")
+    job = current_job()
+    view = job.view(since=10**12) if job else None  # the probes only: no history rows
+    feed = None
+    if network_panel.following(view):
+        feed = live_feed.link(st.session_state.get("train-feed"), "network", str(view.probe_step), stamp(view))
+    network_panel.show(form.raw, spec, job, view, feed)
+
+
+with network_area:
+    if network_panel.following(current_job().view(since=10**12) if current_job() else None):
+        st.fragment(run_every=PROBE_REFRESH_S if timers else None)(network_view)()
+    else:  # the form's design: a click is a widget event, which reruns the page (the form and the URL follow)
+        network_view()
 with outcome_area:
     show_outcome()
+    network_panel.replay(current_job(), current_job().view(since=10**12) if current_job() else None)
 with probe_area:
     st.fragment(run_every=PROBE_REFRESH_S if timers else None)(probe_view)()
 
