@@ -120,12 +120,23 @@ def running(server: subprocess.Popen, ready_url: str, timeout: float, what: str)
             server.kill()
 
 
+_PLAYWRIGHTS: list = []  # the Playwright instances `browser` has open in this process, the newest last
+
+
 @contextlib.contextmanager
 def browser(profile: str | os.PathLike, width: int = 1400, height: int = 2400):
-    """A headless Chromium page (Playwright, the system's Chromium)."""
+    """A headless Chromium page (Playwright, the system's Chromium). Inside another `browser` (a test fixture that
+    keeps one open for a whole session, say) it launches from the Playwright already running: a thread may run
+    only one Playwright of the sync API at a time."""
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as p:
+    with contextlib.ExitStack() as stack:
+        if _PLAYWRIGHTS:
+            p = _PLAYWRIGHTS[-1]
+        else:
+            p = stack.enter_context(sync_playwright())
+            _PLAYWRIGHTS.append(p)
+            stack.callback(_PLAYWRIGHTS.remove, p)
         context = p.chromium.launch_persistent_context(str(profile), executable_path=CHROMIUM, headless=True,
                                                        args=CHROMIUM_ARGS, viewport={"width": width, "height": height})
         try:

@@ -224,7 +224,8 @@ def show_result(claim: Claim, row: dict, fast: bool, recorded_row: bool = False)
     if recorded_row and row.get("stale"):
         st.caption("The check changed after this was recorded: a new full-mode run may differ.")
     # the notebooks' verdict table (explorer.plots.verdict_table; every text in it is escaped) beside its figure:
-    # both in one screen at 1280x720, the table's text column wide enough to read (TABLE_SHARE)
+    # both in one screen at 1280x720, the table's text column wide enough to read (TABLE_SHARE); without the claim and
+    # verdict columns, which the heading and the badge above it show
     fig = claim_figure(row)
     table, chart = st.columns(TABLE_SHARE, gap="small") if fig is not None else (st.container(), None)
     table.html(plots.verdict_table([row], show_claim=False))

@@ -102,7 +102,9 @@ def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) ->
     "measured" (name -> number), "per_seed" (quantity -> one value per seed, as explorer.papers.claims gives it;
     or a list, one entry per seed), "reason" (why the verdict came out so), "rule", "threshold", "expected",
     "setup", "float_spread" ({"text": ...}, explorer.papers.claims), "note" and "seconds"; missing fields are left
-    blank. Each row reads, at 1280x720, as: the verdict;
+    blank. `show_claim=False` is one claim whose heading and verdict badge the page shows around the table (the
+    app's Papers page): the claim and verdict columns are left out, so the text column keeps its width beside the
+    figure. Each row reads, at 1280x720, as: the verdict;
     the measured summary as its first, larger line (from the per-seed numbers, `per_seed_summary`, when the row
     has no summary), the named measured numbers and "why" (the reason, one line per part of a combined verdict);
     the per-seed numbers as a small table under them, one line per quantity and a column per seed (folded in a
@@ -114,7 +116,7 @@ def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) ->
     """
     import html
 
-    header = (["claim"] if show_claim else []) + ["verdict", "measured, why, and the numbers per seed", "s"]
+    header = (["claim", "verdict"] if show_claim else []) + ["measured, why, and the numbers per seed", "s"]
     body = []
     for row in rows:
         verdict = str(row.get("verdict", "error"))
@@ -144,10 +146,10 @@ def verdict_table(rows: Sequence[Mapping[str, Any]], show_claim: bool = True) ->
         if folded:
             lines.append("<details class='rule' style='margin-top:0.3em'><summary>rule</summary>"
                          f"<div style='font-size:0.88em'>{'<br>'.join(folded)}</div></details>")
-        cells = ([f"<b>{html.escape(str(row.get('id', '')))}</b><br><small>{html.escape(str(row.get('section', '')))}</small>"]
+        cells = ([f"<b>{html.escape(str(row.get('id', '')))}</b><br><small>{html.escape(str(row.get('section', '')))}</small>",
+                  f"<span class='verdict verdict-{html.escape(verdict)}' style='color:{colour}'><b>{html.escape(label)}</b></span>"]
                  if show_claim else [])
-        cells += [f"<span class='verdict verdict-{html.escape(verdict)}' style='color:{colour}'><b>{html.escape(label)}</b></span>",
-                  "".join(lines), _cell(row.get("seconds"))]
+        cells += ["".join(lines), _cell(row.get("seconds"))]
         body.append("<tr>" + "".join(f"<td style='text-align:left;vertical-align:top;padding:0.4em'>{c}</td>"
                                      for c in cells) + "</tr>")
     head = "".join(f"<th style='text-align:left;padding:0.4em'>{h}</th>" for h in header)
