@@ -197,12 +197,14 @@ def entry(design: str, run: Run) -> dict[str, Any]:
 
 
 def ranked(entries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A session's table, best first: designs that reached the target by steps, then the others by last loss;
-    each design once (its best try)."""
+    """A session's table, best first: designs that reached the target by steps (equal steps: the lower last loss,
+    the run that went further below the target by then), then the others by last loss; each design once (its best
+    try). Rows that tie on both keep their order."""
 
     def key(row):
         steps, loss = row.get("steps"), row.get("final_loss")
-        return (0, steps, 0.0) if steps is not None else (1, 0, math.inf if loss is None else loss)
+        loss = math.inf if loss is None else loss
+        return (0, steps, loss) if steps is not None else (1, 0, loss)
 
     best: dict[str, dict[str, Any]] = {}
     for row in sorted((dict(r) for r in entries), key=key):

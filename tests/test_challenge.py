@@ -207,6 +207,11 @@ def _row(design: str, steps: int | None, loss: float = 1e-7) -> dict:
     return {"design": design, "shortcuts": design.count(":"), "steps": steps, "final_loss": loss}
 
 
+def test_equal_steps_rank_by_the_last_loss_then_keep_their_order():
+    rows = [_row("0:4", 120, 9e-7), _row("0:2,0:4", 120, 4e-7), _row("0:3", 120, 4e-7), _row("0:1", 90, 9e-7)]
+    assert [r["design"] for r in challenge.ranked(rows)] == ["0:1", "0:2,0:4", "0:3", "0:4"]
+
+
 def test_a_design_that_beats_the_answer_in_the_table_is_said_so():
     answer = challenge.REFERENCE_DESIGN
     rows = challenge.ranked([_row(answer, 144), _row("0:2,0:4", 135), _row("0:1", None, 0.3)])
