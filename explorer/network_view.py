@@ -29,12 +29,16 @@ from explorer.plots.common import _finish, wrap_title
 from explorer.plots.curves import loss_curves
 from explorer.probes import probe
 from explorer.spec import ExperimentSpec
-from explorer.topology.shortcuts import SHORTCUT_NOTATION, describe_change, state_label, target_label
+from explorer.registries import SpecError
+from explorer.topology.shortcuts import (SHORTCUT_NOTATION, describe_change, parse_shortcuts, state_label,
+                                         target_label)
 from explorer.training import Run, build
 
-__all__ = ["COEFFICIENTS_PROBE", "learned_coefficients", "network_figure", "replay_figure"]
+__all__ = ["CLICK_ACTIONS", "COEFFICIENTS_PROBE", "click_meaning", "learned_coefficients", "network_figure",
+           "replay_figure"]
 
 COEFFICIENTS_PROBE = "coefficients"  # the probe whose results the network view draws
+CLICK_ACTIONS = ("add", "remove")  # what a clickable point's customdata [i:j, action] says a click does
 PROBE_INPUTS = 8  # validation examples the coefficients probe reads (input-dependent mixes average over them)
 ARC_POINTS = 13  # points along one arc's half ellipse
 MIN_WIDTH = 0.8  # an arc's width at coefficient 0, in pixels
@@ -83,6 +87,19 @@ def arcs_of(result: Mapping[str, Any]) -> dict[tuple[int, int], float]:
     n = len(own)
     forced = np.asarray(result["forced"], dtype=bool) if "forced" in result else np.ones((n, n), dtype=bool)
     return {(i, j): float(own[j, i]) for j in range(1, n) for i in range(j) if own[j, i] != 0 or not forced[j, i]}
+
+
+def click_meaning(customdata: Any, n_blocks: int | None = None) -> tuple[tuple[int, int], str] | None:
+    """((i, j), "add" or "remove"): what a click on a point whose customdata is `customdata` asks for (the
+    figure's [i:j, action]); None for a point that edits nothing (a node, a block) or names no single pair of a
+    net of `n_blocks` blocks."""
+    if not isinstance(customdata, (list, tuple)) or len(customdata) != 2 or customdata[1] not in CLICK_ACTIONS:
+        return None
+    try:
+        pairs = list(parse_shortcuts(str(customdata[0]), n_blocks))
+    except SpecError:
+        return None
+    return (pairs[0], str(customdata[1])) if len(pairs) == 1 else None
 
 
 def learned_coefficients(result: Mapping[str, Any]) -> bool:

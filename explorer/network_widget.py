@@ -29,8 +29,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from explorer.challenge import CHALLENGE, PATH, challenge_spec, score, train_design
-from explorer.network_view import (COEFFICIENTS_PROBE, coefficients_result, learned_coefficients,
-                                   network_figure)
+from explorer.network_view import (CLICK_ACTIONS, COEFFICIENTS_PROBE, click_meaning, coefficients_result,
+                                   learned_coefficients, network_figure)
 from explorer.registries import SpecError
 from explorer.spec import ExperimentSpec
 from explorer.topology import parse_shortcuts, shortcuts_text
@@ -38,7 +38,6 @@ from explorer.training import Run, train
 
 __all__ = ["NetworkWidget", "click_of", "clicked", "design_spec", "design_weights"]
 
-ACTIONS = ("add", "remove")  # what a clickable point's customdata says a click does
 EDITABLE = ("shortcuts", "none")  # the topologies whose design clicks edit
 MAX_BLOCKS = 16  # the widget draws nets up to this many blocks (one arc trace per pair: 136 traces)
 REDRAW_SECONDS = 0.25  # while training, the figures redraw at most this often (the progress bar at every log)
@@ -63,18 +62,9 @@ def click_of(trace: Any, index: int) -> tuple[tuple[int, int], str] | None:
     from the point's customdata [i:j, action]; None for a node, a block, the stem or an arc's two ends (they lie on
     the nodes x_i and x_j, where a click means the node)."""
     data = list(trace.customdata) if trace.customdata is not None else []
-    if not 0 <= index < len(data):
+    if not 0 <= index < len(data) or (trace.mode == "lines" and index in (0, len(data) - 1)):
         return None
-    point = data[index]
-    if len(point) != 2 or point[1] not in ACTIONS:
-        return None
-    if trace.mode == "lines" and index in (0, len(data) - 1):
-        return None
-    try:
-        pairs = list(parse_shortcuts(str(point[0])))
-    except SpecError:
-        return None
-    return (pairs[0], str(point[1])) if len(pairs) == 1 else None
+    return click_meaning(list(data[index]))
 
 
 def clicked(weights: Mapping[tuple[int, int], float], click: tuple[tuple[int, int], str] | None,
@@ -90,7 +80,7 @@ def clicked(weights: Mapping[tuple[int, int], float], click: tuple[tuple[int, in
     elif action == "remove":
         design.pop(pair, None)
     else:
-        raise ValueError(f"a click's action is one of {', '.join(ACTIONS)}, got {action!r}")
+        raise ValueError(f"a click's action is one of {', '.join(CLICK_ACTIONS)}, got {action!r}")
     return design
 
 

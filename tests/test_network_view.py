@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import explorer
-from explorer.network_view import network_figure, replay_figure
+from explorer.network_view import click_meaning, network_figure, replay_figure
 from explorer.plots import MAX_TICK_LABELS
 
 DESIGN = "0:2*-1,0:3*0.5,1:4"  # a plain shortcut design on 4 blocks: one negative, one half, one full weight
@@ -144,3 +144,11 @@ def test_bad_input_names_the_argument():
         network_figure("0:2")
     with pytest.raises(ValueError, match="run_or_history"):
         replay_figure({"history": []})
+
+
+def test_a_points_customdata_says_what_a_click_on_it_does():
+    assert click_meaning(["0:3", "add"], 5) == ((0, 3), "add")
+    assert click_meaning(("1:4", "remove")) == ((1, 4), "remove")
+    assert click_meaning(["x_2", ""]) is None  # a node
+    assert click_meaning(["0:9", "add"], 5) is None  # no such pair on a net of 5 blocks
+    assert click_meaning(["0:1,0:2", "add"]) is None and click_meaning("0:3") is None

@@ -3,7 +3,7 @@ clicks, live while the run trains, and an ended run's replay.
 
 - Not training (no run, or the session's run paused or ended), a `shortcuts` design in the form is drawn from the
   form's spec (`network_figure`) and a click edits it: between two nodes (a point whose customdata is
-  [i:j, "add"]) adds that shortcut, on an arc ([i:j, "remove"]) removes it, through the design editor's `toggle`,
+  [i:j, "add"]) adds that shortcut, on an arc ([i:j, "remove"]) removes it, through the design editor's `take_click`,
   so the address bar, the matrix and the run store agree and a paused run is rewired as after a matrix click.
   The clicks come from st.plotly_chart's point selection, as the matrix's do.
 - Training, the view is the run's network drawn from its latest coefficients probe result (`run_figure`): the
@@ -26,7 +26,7 @@ import streamlit as st
 import torch
 
 import explorer
-from explorer.network_view import COEFFICIENTS_PROBE, network_figure, replay_figure
+from explorer.network_view import COEFFICIENTS_PROBE, click_meaning, network_figure, replay_figure
 from explorer.registries import SpecError
 from explorer_app import design_editor, figures, state
 
@@ -38,7 +38,6 @@ MAX_SNAPSHOTS = 200  # coefficient snapshots a run stores at most for its replay
 # nothing bigger: its jobs do), and probed at every logged step: each probe is a forward pass on 8 examples.
 SMALL_MODEL = 1_000_000
 CONFIG = {"displaylogo": False, "displayModeBar": False}
-ACTIONS = ("add", "remove")  # what a clickable point's customdata says a click does
 HINT = "click between two nodes to add that shortcut, on an arc to remove it"
 RUNNING = ("queued", "starting", "running")  # a run the view follows (paused: the design is edited instead)
 
@@ -132,14 +131,7 @@ def _clicked(key: str, blocks: int) -> None:
         return
     points = st.session_state.get(key, {}).get("selection", {}).get("points", [])
     design_editor.count_click()
-    picked = set()
-    for point in points:
-        data = point.get("customdata")
-        if isinstance(data, (list, tuple)) and len(data) == 2 and data[1] in ACTIONS:
-            try:
-                picked |= {(cell, data[1]) for cell in explorer.parse_shortcuts(str(data[0]), blocks)}
-            except SpecError:
-                continue
+    picked = {click_meaning(point.get("customdata"), blocks) for point in points} - {None}
     if len(picked) != 1:  # a box or lasso, or a click on a node or a block
         return
     design_editor.take_click(*picked.pop())
