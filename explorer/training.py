@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
 import math
 import threading
 import time
@@ -26,10 +27,11 @@ from explorer import budget
 from explorer.data import Dataset, build_dataset, loss_function
 from explorer.init import initialize
 from explorer.nn.models import build_model
+from explorer.nn.transformer import Attention
 from explorer.optim import build_optimizer, is_full_batch
 from explorer.registries import SpecError, quote
 from explorer.spec import ExperimentSpec
-from explorer.topology import Topology
+from explorer.topology import TOPOLOGIES, Topology
 
 
 MAX_REWIRES = 16  # rewires one run may make (each builds the model's topology afresh and is kept in its record)
@@ -85,8 +87,11 @@ class Run:
         `topology` is a topology section ({"name": "shortcuts", "shortcuts": "0:2,0:3"}); without "name", or
         with the current one, the parameters it leaves out keep their current values. A design that is not
         valid, or that would change the blocks (another block count, e.g. a Transformer split into attention
-        and MLP blocks), raises SpecError naming `topology`; the run is then unchanged. The change is appended
-        to `rewires` and `spec` becomes the new design.
+        and MLP blocks), raises SpecError naming `topology`; the run is then unchanged. A Transformer rewired to
+        a design whose blocks take separate query, key and value inputs (DCA) gives each attention a key and a
+        value norm, copies of its trained norm: DCA's mixes start as the plain sum, so the rewired model computes
+        the function it had (DCA Sec. 5, "adding DCA to a pre-trained model does not alter its function"). The
+        change is appended to `rewires` and `spec` becomes the new design.
 
         One rewire per logged step: a second one at the same step replaces the first (both read before the
         step's update, so only the last is ever trained). A run makes at most MAX_REWIRES rewires; one more is
@@ -294,14 +299,16 @@ def _rewired_topologies(model: nn.Module, spec: ExperimentSpec, data: Dataset, s
     """The topology modules `spec` builds for `model`, in model order; SpecError naming `topology` when the
     design would change anything but the topologies (the blocks, their count, the heads)."""
     fresh = build_model(spec, data.dims)
+    split = {f"{name}.{norm}." for name, m in model.named_modules() if isinstance(m, Attention) and m.norm_k is m.norm
+             for norm in ("norm_k", "norm_v")}  # the key and value norms a split (see _split_norms) adds
 
-    def shapes(net: nn.Module) -> dict[str, tuple]:
-        inside = [name for name, m in net.named_modules() if isinstance(m, Topology)]
+    def shapes(net: nn.Module, added=()) -> dict[str, tuple]:
+        inside = [f"{name}." for name, m in net.named_modules() if isinstance(m, Topology)]
         tensors = {**dict(net.named_parameters()), **dict(net.named_buffers())}
         return {"modules": inside, **{name: (tuple(t.shape), t.dtype) for name, t in tensors.items()
-                                     if not any(name.startswith(f"{top}.") for top in inside)}}
+                                     if not any(name.startswith(prefix) for prefix in (*inside, *added))}}
 
-    if shapes(fresh) != shapes(model):
+    if shapes(fresh, split if _separate_inputs(spec) else ()) != shapes(model):
         raise SpecError("topology", f"{spec.topology.name} would change the model's blocks (their number or their "
                                     "shapes), which a running model keeps; rewire it to a topology with the same "
                                     "blocks, or start a new run with this design")
@@ -312,9 +319,27 @@ def _rewired_topologies(model: nn.Module, spec: ExperimentSpec, data: Dataset, s
     return tops
 
 
+def _separate_inputs(spec: ExperimentSpec) -> bool:
+    return TOPOLOGIES[spec.topology.name].info.separate_qkv_inputs
+
+
+def _split_norms(model: nn.Module) -> list[nn.Module]:
+    """Give every attention whose query, key and value inputs share one norm (a Transformer built for a topology
+    without separate inputs) a key norm and a value norm of its own, each a copy of its trained norm, as a design
+    with separate inputs (DCA) builds them; the new norms, in model order. The attention computes what it did: on
+    one input the three norms agree."""
+    added = []
+    for attention in (m for m in model.modules() if isinstance(m, Attention) and m.norm_k is m.norm):
+        attention.norm_k, attention.norm_v = copy.deepcopy(attention.norm), copy.deepcopy(attention.norm)
+        added += [attention.norm_k, attention.norm_v]
+    return added
+
+
 def _swap_topologies(model: nn.Module, optimizer, schedule, spec: ExperimentSpec, new: list[Topology]) -> None:
     """Put `new` in place of the model's topology modules; their coefficients leave the optimizer and the new
-    ones join it, as build_optimizer would group them, at the learning rate the schedule gives now."""
+    ones join it, as build_optimizer would group them, at the learning rate the schedule gives now. A design with
+    separate query, key and value inputs splits the attentions' shared norms (`_split_norms`): the copies join
+    the optimizer too."""
     old = _topologies(model)
     device = next(model.parameters()).device
     new = [top.to(device) for top in new]
@@ -329,7 +354,7 @@ def _swap_topologies(model: nn.Module, optimizer, schedule, spec: ExperimentSpec
         group["params"] = [p for p in group["params"] if id(p) not in ids]
     for p in gone:
         optimizer.state.pop(p, None)
-    holder = nn.ModuleList(new)
+    holder = nn.ModuleList(new + (_split_norms(model) if _separate_inputs(spec) else []))
     if not any(True for _ in holder.parameters()):
         return
     extra, extra_schedule = build_optimizer(holder, spec.optim, 1)

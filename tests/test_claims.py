@@ -219,12 +219,24 @@ CONTROLS = {
     "tau/backward-sharp-threshold": ({"bounded": "1/L^0.25", "growing": "1/sqrt(L)"}, None),
     "skipless/skips-improve-conditioning": ({"swapped": True}, None),
     "tau/fig5-1000-layers-width-8": ({"rule": "1/L^0.25"}, None),  # the exploding rate at the same depth
+    "ancre/table5-ablation": ({"ancre_overrides": {"optim.lr": 1e-6}}, None),  # ANCRe does not learn; see PASSING
+    "ancre/table6-overhead": ({"ancre_overrides": {"model.depth": 12}}, None),  # twice the blocks: big by construction
+    "dca/thm43-gain-shrinks-with-rank": ({"swapped": True}, None),  # the gain read as ER(GRN-v1) - ER(ResNet)
+    "tau/fig2-no-norm-needs-tau": ({"trains": "1", "fails": "1/sqrt(L)"}, None),  # the two taus exchanged
+    "skipless/table1-soap": ({"arms": (SKIP, DEFAULT)}, None),  # the init switched off: skipless at default init, SOAP
+    "skipless/fig1-steps-to-loss": ({"arms": (SKIP, INIT, DEFAULT)}, None),  # the two inits swapped
+    "idinit/fig6-hyperparameter-robustness": ({"arms": ("idinit", "kaiming")}, None),  # the arms swapped
+    "idinit/table2-ablation": ({"full_overrides": {"optim.lr": 0.002}}, None),  # full IDInit at a 50x smaller rate
+    "dca/fig6-depth-gain": ({"dca_overrides": {"optim.lr": 1e-6}}, None),  # DCA does not learn, at either depth
+    "dca/table4-retrofit": ({"topology": {"name": "none"}}, None),  # the switch drops the residual: not the function
 }
 
 
 # claims whose own fast verdict may already be does-not-hold: a set-up that must pass, to see the verdict flip
 PASSING = {"ancre/ancre-finds-fast-rate": {"pairs": ((3, "ancre-fig2b-0:2", "ancre-fig2b-0:2"),)},
-           "tau/fig1-depth30-explodes": {"lr": 0.01}}
+           "tau/fig1-depth30-explodes": {"lr": 0.01},
+           # the fixed arm left untrained, the learnable one trained at a tenth of the learning rate
+           "ancre/table5-ablation": {"fixed_overrides": {"optim.lr": 1e-6}, "learnable_overrides": {"optim.lr": 3e-4}}}
 
 
 def test_every_claim_has_a_negative_control():

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from explorer.papers import claims as registry
-from explorer.papers.claims import steps_saved
+from explorer.papers.claims import steps_saved, steps_to
 
 
 def _run(losses, every=10):
@@ -69,3 +69,156 @@ def test_idinit_momentum_claim_holds_and_without_momentum_has_nothing_to_amplify
     assert control["verdict"] != "holds", control["reason"]
     assert control["per_seed"]["spread SGD"] == control["per_seed"]["spread SGD + momentum 0"]
     assert _fast("idinit/momentum-amplifies-asymmetry", swapped=True)["verdict"] == "does-not-hold"
+
+
+def test_the_overhead_rule_decides_on_the_quartiles_of_the_paired_ratios():
+    from explorer.papers.ancre import overhead_decision
+
+    assert overhead_decision([1.01, 1.02, 1.00, 1.03], 0.045, 0.01).verdict == "holds"
+    assert overhead_decision([1.08, 1.09, 1.07, 1.10], 0.045, 0.01).verdict == "does-not-hold"
+    # one repeat in four slowed by load on either arm cannot flip the verdict
+    assert overhead_decision([1.01, 1.02, 1.00, 1.60], 0.045, 0.01).verdict == "holds"
+    assert overhead_decision([1.08, 1.09, 0.70, 1.10], 0.045, 0.01).verdict == "does-not-hold"
+    # repeats on both sides of the limit, or within the margin: undecided
+    assert overhead_decision([1.00, 1.10, 1.01, 1.09], 0.045, 0.01).verdict == "inconclusive"
+    assert overhead_decision([1.045, 1.046, 1.044], 0.045, 0.01).verdict == "inconclusive"
+    assert overhead_decision([1.10, 1.10, 1.10], 0.045, 0.5).verdict == "inconclusive"  # fast mode's margin
+
+
+def test_the_overhead_limit_scales_the_papers_one_percent_by_depth_over_width():
+    from explorer.papers.ancre import overhead_limit
+
+    assert overhead_limit(24, 1024) == pytest.approx(0.01)  # LLaMA-350M, Table 6's legible pair
+    assert overhead_limit(6, 64) == pytest.approx(0.01 * (7 / 64) / (25 / 1024))
+
+
+def _gpt_pair(first: str, second: str):
+    """The two presets' GPTs with the same weights (the first's), and a batch of validation text."""
+    from explorer import preset
+    from explorer.training import build
+
+    a, data = build(preset(first))
+    b, _ = build(preset(second))
+    b.load_state_dict({k: v for k, v in a.state_dict().items() if "topology" not in k}, strict=False)
+    return a, b, data.x_val[:4]
+
+
+def test_table5_fixed_arm_is_block_level_ancre_frozen_at_its_uniform_start():
+    """h_j = layer_j(h_{j-1}) + sum_{i<j} h_i / j: ANCRe's block form with every p_ij = 1/j, as ANCRe starts (zero logits)."""
+    import torch
+
+    ancre_gpt, fixed, x = _gpt_pair("ancre-table2-ancre", "ancre-table5-fixed-uniform")
+    with torch.no_grad():
+        assert torch.allclose(fixed(x), ancre_gpt(x), atol=1e-5)
+    assert not any("topology" in name for name, _ in fixed.named_parameters())  # nothing of the mix learns
+
+
+def test_table5_learnable_cascaded_arm_matches_a_hand_written_forward():
+    """h_1 = h_0 + f_1(h_0), h_j = layer_j(h_{j-1}) + w_j h_{j-1} = (1 + w_j) h_{j-1} + f_j(h_{j-1}) with w_j = 1 at start;
+    f_j: what whole block j adds to its input."""
+    import torch
+
+    _, net, x = _gpt_pair("ancre-table2-cascaded", "ancre-table5-learnable-cascaded")
+    with torch.no_grad():
+        h = net.embed(x)
+        for j, block in enumerate(net.stack.blocks, start=1):
+            h = (1.0 if j == 1 else 2.0) * h + block(h)
+        assert torch.allclose(net(x), net.head(h), atol=1e-5)
+    learned = [name for name, p in net.named_parameters() if "topology" in name]
+    assert learned and sum(p.numel() for name, p in net.named_parameters() if name in learned) == 6
+
+
+def test_table6_overhead_of_twice_the_blocks_is_not_small():
+    """The control's arm has twice the layers: its parameters alone fail the claim, whatever the machine's load."""
+    row = _fast("ancre/table6-overhead", ancre_overrides={"model.depth": 12})
+    assert row["verdict"] != "holds", row["reason"]
+    assert row["measured"]["extra parameters"] > 64
+
+
+def test_dca_rank_gain_holds_and_without_dilution_there_is_no_gain_to_shrink():
+    row = _fast("dca/thm43-gain-shrinks-with-rank")
+    assert row["verdict"] == "holds", row["reason"]
+    # y = x: A - I = 0, the identity is in both classes, so neither arm has an excess risk for GRN-v1 to remove
+    control = _fast("dca/thm43-gain-shrinks-with-rank", sign=1)
+    assert control["verdict"] != "holds", control["reason"]
+    assert all(abs(g) < 1.0 for key, values in control["per_seed"].items() if key.endswith("gain G_1")
+               for g in values), control["per_seed"]
+
+
+def test_tau_one_is_a_fixed_tau_on_the_figure_1_network():
+    from explorer.papers import tau
+    from explorer.probes.probes import stacks
+    from explorer.training import build
+
+    spec = tau.fig1_spec(1, depth=30, steps=10)
+    assert spec.topology.name == "tau" and spec.topology.params["value"] == 1.0
+    assert tau.fig1_spec("1", depth=30, steps=10) == spec
+    model, _ = build(spec)
+    assert float(stacks(model)[0].topology.tau_value) == 1.0
+    named, _ = build(tau.fig1_spec("1/sqrt(L)", depth=30, steps=10))
+    assert float(stacks(named)[0].topology.tau_value) == pytest.approx(30 ** -0.5)
+
+
+def test_steps_to_is_the_first_logged_step_at_or_below_the_level():
+    run = _run([2.3, 2.0, float("nan"), 1.1, 1.2, 0.9], every=20)
+    for row in run.history:
+        row["loss"] = row.pop("val_loss")
+    assert steps_to(run, 1.15) == 60 and steps_to(run, 2.0) == 20 and steps_to(run, 0.9) == 100
+    assert steps_to(run, 0.5) is None  # never reached (the claims count the budget, a lower bound)
+    assert steps_to(run, 1.9, key="val_loss") is None  # no such key logged
+
+
+def test_idinit_a_grid_cell_trains_only_when_it_finishes_above_the_bar():
+    from explorer.papers.idinit import TRAINS_ACCURACY, cell_trains
+
+    assert cell_trains({"status": "finished", "final_val_accuracy": TRAINS_ACCURACY})
+    assert not cell_trains({"status": "finished", "final_val_accuracy": TRAINS_ACCURACY - 0.01})
+    assert not cell_trains({"status": "finished", "final_val_accuracy": None})
+    assert not cell_trains({"status": "diverged", "final_val_accuracy": 0.9})
+
+
+def test_idinit_grid_figure_colours_each_cell_by_the_share_of_seeds_that_train():
+    trains = {"kaiming": [[[True, False], [False, False]]], "idinit": [[[True, True], [True, False]]]}
+    accuracy = {"kaiming": [[[0.9, 0.3], [None, None]]], "idinit": [[[0.9, 0.96], [0.8, 0.2]]]}
+    row = {"paper": "idinit", "id": "fig6-hyperparameter-robustness", "per_seed": {"cells that train, kaiming": [1, 0]},
+           "measured": {"lrs": [0.01], "wds": [1e-5, 0.1], "arms": ["kaiming", "idinit"],
+                        "trains [lr][wd][seed]": trains, "val accuracy [lr][wd][seed]": accuracy}}
+    heatmaps = [t for t in registry.figure(row).data if t.type == "heatmap"]
+    assert [list(map(list, h.z)) for h in heatmaps] == [[[0.5, 0.0]], [[1.0, 0.5]]]
+    assert heatmaps[0].text[0][1] == "0/2<br>diverged" and heatmaps[1].text[0][0] == "2/2<br>0.93"
+
+
+@pytest.mark.parametrize("removed", ["IDIZC", "IDIC", "Loose"])
+def test_idinit_each_ablation_switches_off_its_component_and_nothing_else(removed):
+    from explorer.nn import roles
+    from explorer.papers.idinit import ablation_spec
+    from explorer.training import build
+
+    def weights(component):
+        model, _ = build(ablation_spec(component, 0, fast=True))
+        role = roles(model)
+        return {name: (role[name], p.detach()) for name, p in model.named_parameters()}
+
+    full, ablated = weights(None), weights(removed)
+    changed = {role for name, (role, w) in ablated.items() if not bool((w == full[name][1]).all())}
+    first = next(w for role, w in ablated.values() if role == "stem.in")
+    full_first = next(w for role, w in full.values() if role == "stem.in")
+    if removed == "IDIZC":  # branch ends and head: exact zeros instead of IDIZC_1e-6 / IDIZ_1e-6
+        assert changed == {"stem.out", "head"}
+        assert all(not bool(w.any()) for role, w in ablated.values() if role == "stem.out")
+    elif removed == "IDIC":  # convolutions: the centre tap (Dirac) instead of the patch-maintain corner tap
+        assert full_first[:, :, 0, 0].abs().sum() > 0 and not bool(full_first[:, :, 1, 1].any())
+        assert first[:, :, 1, 1].abs().sum() > 0 and not bool(first[:, :, 0, 0].any())
+        assert "stem.in" in changed
+    else:  # Loose: identity entries exactly 1, where full IDInit draws them around 1
+        assert set(first[first != 0].tolist()) == {1.0} and len(set(full_first[full_first != 0].tolist())) > 1
+        assert "stem.out" not in changed
+
+
+def test_dca_retrofit_that_keeps_the_transformer_changes_nothing():
+    """Table 4's check with the switch to the Transformer's own topology: both arms are one run, the gain exactly 0."""
+    row = _fast("dca/table4-retrofit", topology={"name": "cascaded"})
+    assert row["verdict"] != "holds", row["reason"]
+    assert row["per_seed"]["gain with cascaded (Transformer - it, nats)"] == [0.0]
+    entropy = row["measured"]["unigram entropy of the training text (nats)"]
+    assert row["per_seed"]["val loss at the switch (step 40)"][0] < entropy - 0.1  # learned: the floor lets it decide

@@ -319,3 +319,41 @@ def test_a_paused_job_is_rewired_by_its_worker(worker_pool):
     assert [row["loss"] for row in view.history] == pytest.approx(losses(same), rel=1e-5)
     with pytest.raises(KeyError):
         queue.rewire("nope", REWIRE)
+
+
+def test_adding_dca_to_a_trained_transformer_keeps_its_function_and_resumes():
+    """DCA Sec. 5 (retrofitting): rewired to DCA at its last step, a trained Transformer keeps its blocks, each
+    attention gets key and value norms copied from its trained norm, and DCA's mixes start as the plain sum: the
+    same logits. Rewired earlier, the new norms and mixes train, and a resume replays the split."""
+    spec = explorer.ExperimentSpec.from_dict({
+        "data": TEXT, "model": {"name": "gpt", "depth": 2, "width": 8, "heads": 2, "mlp_ratio": 2},
+        "topology": {"name": "cascaded"}, "optim": {"name": "adam", "lr": 0.01},
+        "train": {"steps": 6, "log_every": 1}})
+    dca = {"name": "dca"}
+    plain = explorer.train(spec)
+    switched = explorer.train(spec, rewire={6: dca})
+    x = plain.data.x_val[:4]
+    with torch.no_grad():
+        assert torch.allclose(switched.model.eval()(x), plain.model.eval()(x), rtol=0, atol=1e-6)
+    attention = switched.model.stack.blocks[0].attn
+    assert attention.norm_k is not attention.norm and attention.norm_v is not attention.norm_k
+    assert torch.equal(attention.norm_k.norm.weight, attention.norm.norm.weight)
+    assert not torch.equal(attention.norm.norm.weight, torch.ones(8))  # a copy of the trained norm, not a fresh one
+    assert switched.spec.topology.name == "dca" and type(switched.model.stack.topology).__name__ == "DCA"
+
+    whole = explorer.train(spec, rewire={3: dca})
+    attention = whole.model.stack.blocks[0].attn
+    assert not torch.equal(attention.norm_k.norm.weight, attention.norm.norm.weight)  # in the optimizer: they learn
+    assert not torch.equal(whole.model.stack.topology.weights, torch.ones_like(whole.model.stack.topology.weights))
+    saved = {}
+
+    def keep(event):
+        if event.kind == "log" and event.step == 4:
+            saved["state"] = copy.deepcopy(event.run.checkpoint())
+            raise explorer.StopTraining
+
+    explorer.train(spec, callbacks=[keep], rewire={3: dca})
+    resumed = explorer.train(spec, resume_from=saved["state"])
+    assert losses(resumed) == losses(whole)
+    for p, q in zip(resumed.model.parameters(), whole.model.parameters()):
+        assert torch.equal(p, q)

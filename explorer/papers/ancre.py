@@ -11,7 +11,7 @@ import statistics
 
 from explorer.diagnosis import Context, Quantity
 from explorer.papers.base import Paper, preset, register_paper, train_all
-from explorer.papers.claims import Decision, Verdict, claim, combine, decide, decide_all, steps_saved
+from explorer.papers.claims import Decision, Verdict, claim, combine, decide, decide_all, steps_saved, steps_to
 from explorer.topology.shortcuts import SHORTCUT_NOTATION
 
 _DATA = {"name": "whitened-regression", "dim": 8, "n_train": 64, "n_val": 64, "rank": 4, "seed": 0}
@@ -88,6 +88,33 @@ PRESETS.update({
     "ancre-table2-ancre": ("Table 2: small LLaMA-style GPT with block-level ANCRe (ingoing, temperature 0.01 as in "
                            "the paper's language models; the shortcut sum is added to each whole layer's output)",
                            _llama({"name": "ancre", "temperature": 0.01})),
+})
+
+
+def uniform_shortcuts(depth: int) -> str:
+    """Block-level ANCRe with every coefficient fixed at p_ij = 1/j (Table 5's "all i:j, not learnable" arm) as a
+    `shortcuts` list: h_j = layer_j(h_{j-1}) + sum_{i<j} h_i / j, where layer_j keeps its own residual, while a
+    `shortcuts` layer adds only what is listed; so i:j weighs 1/j and (j-1):j weighs 1 + 1/j."""
+    return ",".join(f"{i}:{j}*{(1 + 1 / j) if i == j - 1 else 1 / j!r}" for j in range(1, depth + 1) for i in range(j))
+
+
+def learnable_cascaded_shortcuts(depth: int) -> str:
+    """Table 5's "learnable cascaded" arm as a learnable `shortcuts` list: h_1 = layer_1(h_0) and
+    h_j = layer_j(h_{j-1}) + w_j h_{j-1} for j >= 2 with w_j learned from 1 (the official code's naive learnable
+    residual added to each layer's output), i.e. (j-1):j starting at 1 + 1 = 2 and 0:1 at 1."""
+    return ",".join(["0:1"] + [f"{j - 1}:{j}*2" for j in range(2, depth + 1)])
+
+
+_GPT_DEPTH = _llama({})["model"]["depth"]
+PRESETS.update({
+    "ancre-table5-fixed-uniform": (
+        "Table 5: the small GPT with every shortcut i:j at the fixed coefficient 1/j (block-level ANCRe's uniform "
+        "start, never learned: the official code's constant parametrisation)",
+        _llama({"name": "shortcuts", "shortcuts": uniform_shortcuts(_GPT_DEPTH)})),
+    "ancre-table5-learnable-cascaded": (
+        "Table 5: the small GPT with a learnable coefficient on each block's cascaded residual (h_j = layer_j(h_{j-1}) "
+        "+ w_j h_{j-1}, w_j learned from 1)",
+        _llama({"name": "shortcuts", "shortcuts": learnable_cascaded_shortcuts(_GPT_DEPTH), "learnable": True})),
 })
 
 
@@ -209,14 +236,6 @@ def _curve(run) -> tuple[list[int], list[float]]:
             steps.append(int(row["step"]))
             losses.append(float(loss))
     return steps, losses
-
-
-def steps_to(run, threshold: float) -> int | None:
-    """The first logged step at which the training loss is <= threshold (None if never)."""
-    for step, loss in zip(*_curve(run)):
-        if loss <= threshold:
-            return step
-    return None
 
 
 def decade_growth(run, first: float = 1e-3, decades: int = 1) -> float | None:
@@ -572,3 +591,202 @@ def _fewer_steps(mode, arms=("ancre-table2-cascaded", "ancre-table2-ancre"), anc
                    measured={"paper: average share of iterations saved": 0.343},
                    summary=f"ANCRe reaches the cascaded model's final val loss with {mean:.0%} fewer steps on average "
                            f"(paper: 34.3% at 60M-1B)" if math.isfinite(mean) else "")
+
+
+def _as_loss(value: float, chance: float) -> float:
+    """A final validation loss, with a diverged run (no finite value) counted as the uniform predictor's ln V."""
+    return value if math.isfinite(value) else chance
+
+
+@claim("ancre", "table5-ablation", "Sec. 5.4, Table 5",
+       "Neither ingredient alone gives ANCRe's gain: all shortcuts i:j with fixed coefficients 1/j diverge or do worst, "
+       "and learnable coefficients on the cascaded connections do worse than ANCRe.",
+       "Sec. 5.4: \"we consider two variants of ANCRe: one containing all possible shortcuts i:j (i < j) but with "
+       "constant coefficients c_ij = 1/j, and another with learnable cascaded residual connection on each Transformer "
+       "block. As shown in Table 5, these variants either diverges or achieves less competitive performance.\" Table 5 "
+       "(LLaMA-130M / 350M perplexity): all i:j, fixed: diverge / diverge; learnable cascaded: 27.18 / 21.72; "
+       "ANCRe: 24.48 / 18.32",
+       "not provided: Table 5 is LLaMA-130M/350M pre-training on C4 (tens of GPU-hours per arm)")
+def _table5(mode, fixed: str = "ancre-table5-fixed-uniform", learnable: str = "ancre-table5-learnable-cascaded",
+            ancre_overrides=None, fixed_overrides=None, learnable_overrides=None) -> Verdict:
+    overrides = _gpt_overrides(mode)
+    steps = overrides["train.steps"]
+    arms = {"fixed 1/j": (fixed, fixed_overrides), "learnable cascaded": (learnable, learnable_overrides),
+            "cascaded": ("ancre-table2-cascaded", None), "ANCRe": ("ancre-table2-ancre", ancre_overrides)}
+    runs = iter(train_presets([(name, {**overrides, "train.seed": seed, **(extra or {})})
+                               for seed in mode.seeds for name, extra in arms.values()]))
+    val = {arm: [] for arm in arms}
+    diverged = {arm: [] for arm in arms}
+    chance = math.nan
+    for _ in mode.seeds:
+        for arm in arms:
+            run = next(runs)
+            chance = math.log(run.data.output_dim)
+            val[arm].append(_val_loss(run))
+            diverged[arm].append(run.status == "diverged")
+    counted = {arm: [_as_loss(v, chance) for v in values] for arm, values in val.items()}
+    others = [max(counted[arm][k] for arm in arms if arm != "fixed 1/j") for k in range(len(mode.seeds))]
+    floors = {f"the cascaded model does not get below 0.9 ln V = {0.9 * chance:.3f} (the task is not learned in "
+              f"{steps} steps)": any(v >= 0.9 * chance for v in counted["cascaded"])}
+    worst = decide([f - o for f, o in zip(counted["fixed 1/j"], others)], fast_margin=0.05, floors=floors,
+                   what="val loss fixed 1/j - the highest of the other arms (nats; diverged = ln V)")
+    behind = decide([lc - a for lc, a in zip(counted["learnable cascaded"], counted["ANCRe"])], fast_margin=0.05,
+                    floors=floors, what="val loss learnable cascaded - ANCRe (nats; diverged = ln V)")
+    per_seed = {f"val loss {arm}": v for arm, v in val.items()}
+    per_seed.update({f"{arm} diverged": d for arm, d in diverged.items() if arm in ("fixed 1/j", "learnable cascaded")})
+    mean = {arm: statistics.fmean(v) for arm, v in counted.items()}
+    summary = (f"mean val loss (diverged = ln V {chance:.2f}): " + ", ".join(f"{arm} {m:.3f}" for arm, m in mean.items())
+               + f"; fixed 1/j diverged on {sum(diverged['fixed 1/j'])} of {len(mode.seeds)} seeds (paper: diverges); "
+               f"learnable cascaded - ANCRe {mean['learnable cascaded'] - mean['ANCRe']:+.3f} nats (paper: 0.105 / 0.170)")
+    return Verdict(combine({"fixed 1/j diverges or does worst": worst, "learnable cascaded worse than ANCRe": behind}),
+                   per_seed,
+                   "the signs (ours): Table 5's arm with fixed 1/j diverges at both sizes, and learnable cascaded trails "
+                   "ANCRe by ln(27.18 / 24.48) = 0.105 and ln(21.72 / 18.32) = 0.170 nats at 130M / 350M, which sets no "
+                   "bar for 6 blocks of width 64; a diverged run counts as the uniform predictor's loss ln V (ours: it "
+                   "predicts no better); fast-mode margin 0.05 nat (ours, as gpt-block-ancre)",
+                   f"the gpt-block-ancre GPT (6 blocks, width 64, LLaMA-style char GPT, AdamW 3e-3 cosine), {steps} steps, "
+                   f"seeds {list(mode.seeds)}; its cascaded and ANCRe runs are gpt-block-ancre's (the same cached runs). "
+                   "Fixed 1/j: h_j = layer_j(h_{j-1}) + sum_{i<j} h_i / j, ANCRe's block form (Eq. 7-8) with every c_ij "
+                   "equal, so p_ij = 1/j, never learned (the official code's constant parametrisation, frozen zero "
+                   "logits); built as `shortcuts` (i:j at 1/j, (j-1):j at 1 + 1/j for the layer's own residual). "
+                   "Learnable cascaded: h_j = layer_j(h_{j-1}) + w_j h_{j-1}, w_j learned from 1 (the official code's "
+                   "naive learnable residual on each layer's output), built as learnable `shortcuts` (0:1 at 1, "
+                   "(j-1):j at 2); here 0:1's weight learns too, where the official code adds nothing to the first "
+                   "layer. The paper: LLaMA-130M/350M on C4" + (". Fast mode: 40 steps is a smoke test" if mode.fast else ""),
+                   measured={"ln V (diverged runs count as this)": chance},
+                   summary=summary)
+
+
+def step_cpu_seconds(spec, steps: int) -> list[float]:
+    """The CPU seconds of each of `steps` training steps of `spec` (the trainer's step: forward, loss, zero_grad,
+    backward, optimizer and schedule step, on a random batch), on one torch thread, after one untimed step. CPU time
+    of this process, not wall time: another process's load on the machine hardly changes it."""
+    import time
+
+    import torch
+
+    from explorer.data.base import loss_function
+    from explorer.optim import build_optimizer
+    from explorer.training import build
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model, data = build(spec)
+        optimizer, schedule = build_optimizer(model, spec.optim, spec.train.steps)
+        loss_fn = loss_function(data.task)
+        gen = torch.Generator().manual_seed(spec.train.seed)
+        model.train()
+        seconds = []
+        for step in range(steps + 1):
+            index = torch.randint(len(data.x_train), (spec.train.batch_size,), generator=gen)
+            x, y = data.x_train[index], data.y_train[index]
+            start = time.process_time()
+            loss = loss_fn(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            schedule.step()
+            if step:
+                seconds.append(time.process_time() - start)
+        return seconds
+    finally:
+        torch.set_num_threads(threads)
+
+
+def overhead_decision(ratios, limit: float, margin: float, what: str = "time ratio") -> Decision:
+    """The verdict on a time overhead from paired, interleaved repeats: `ratios` holds one time ratio (with / without)
+    per repeat. With k = n // 4 + 1, the k-th smallest and k-th largest ratio are the lower and upper quartile:
+    holds if the upper quartile is at most 1 + limit - margin, does-not-hold if the lower quartile is at least
+    1 + limit + margin; otherwise the repeats disagree about the side of the limit (or sit within the margin):
+    inconclusive. The n // 4 repeats at either end (one arm slowed by load) are set aside, so they cannot flip it."""
+    values = sorted(float(r) for r in ratios)
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        raise ValueError(f"overhead_decision needs positive finite ratios, got {ratios}")
+    k = len(values) // 4 + 1
+    low, high, median = values[k - 1], values[-k], statistics.median(values)
+    rule = (f"{what} per interleaved repeat, {len(values)} repeats: holds if the upper quartile (the {k}-th largest) "
+            f"<= 1 + {limit:.4g} - {margin:g}; does-not-hold if the lower quartile (the {k}-th smallest) >= 1 + {limit:.4g} "
+            f"+ {margin:g}; otherwise inconclusive")
+    stats = (f"median {median:.4f}, quartiles [{low:.4f}, {high:.4f}], ratios {', '.join(f'{v:.4f}' for v in values)}; "
+             f"overhead {median - 1:+.2%} against the limit {limit:.2%}")
+    if high <= 1 + limit - margin:
+        return Decision("holds", rule, f"the upper quartile is under the limit less the margin ({stats})")
+    if low >= 1 + limit + margin:
+        return Decision("does-not-hold", rule, f"the lower quartile is over the limit plus the margin ({stats})")
+    return Decision("inconclusive", rule, f"the repeats disagree about the side of the limit, or sit within the "
+                                          f"margin ({stats})")
+
+
+# Table 6's one legible pair (LLaMA-350M: 24 layers of width 1024) and the paper's stated bound on the runtime
+_PAPER_RUNTIME = {"without ANCRe": 17 * 60 + 25, "with ANCRe": 17 * 60 + 32}  # minutes
+_PAPER_BOUND, _PAPER_DEPTH, _PAPER_WIDTH = 0.01, 24, 1024
+
+
+def overhead_limit(depth: int, width: int) -> float:
+    """The paper's runtime bound (1%, Sec. 5.4) scaled to a GPT of `depth` blocks and `width` from LLaMA-350M's 24 of
+    1024: the mixing costs O(L^2 d) per token against O(L d^2) for the blocks, so its share grows as (L + 1) / d."""
+    return _PAPER_BOUND * ((depth + 1) / width) / ((_PAPER_DEPTH + 1) / _PAPER_WIDTH)
+
+
+@claim("ancre", "table6-overhead", "Sec. 4.1 and 5.4, Table 6",
+       "ANCRe's overhead is small: it adds K(K-1)/2 scalar coefficients, fewer than one feature dimension, and "
+       "little training time per step.",
+       "Sec. 4.1: \"ANCRe introduces merely K(K - 1)/2 additional parameters c_ij, which is often fewer than a single "
+       "feature dimension, and is negligible in modern deep networks.\" Sec. 5.4: \"incorporating ANCRe introduces "
+       "negligible computational and memory overhead across all model scales. In particular, the additional runtime "
+       "remains within 1%, while the increase in peak GPU memory is consistently below 0.12GB.\" Table 6, LLaMA-350M "
+       "(4xA100, batch 64): runtime 17h25min without and 17h32min with ANCRe, peak memory 27.21 GB and 27.28 GB",
+       "not provided: Table 6 times LLaMA-60M..350M pre-training on A100s (hours per run); on a GPU, time the same "
+       "arms with a larger width, where the limit scales down as (L + 1) / d")
+def _table6(mode, arms=("ancre-table2-cascaded", "ancre-table2-ancre"), ancre_overrides=None) -> Verdict:
+    import numpy as np
+
+    from explorer.training import build
+
+    repeats, steps = (3, 3) if mode.fast else (9, 8)
+    margin = 0.5 if mode.fast else 0.01
+    base = preset_spec(arms[0])
+    spec = preset_spec(arms[1], ancre_overrides)
+    depth, width = base.model.params["depth"], base.model.params["width"]
+    limit = overhead_limit(depth, width)
+    counts = [sum(p.numel() for p in build(s)[0].parameters()) for s in (base, spec)]
+    extra = counts[1] - counts[0]
+    params = decide_all([extra < width], f"the extra parameters ({extra}) are fewer than one feature dimension "
+                                         f"(width {width})")
+    # interleaved repeats, the first arm alternating (A B, B A, ...) so that a drift in speed cancels
+    for s in (base, spec):
+        step_cpu_seconds(s, 1)  # warm-up
+    times = {"without": [], "with": []}
+    for k in range(repeats):
+        order = (("without", base), ("with", spec)) if k % 2 == 0 else (("with", spec), ("without", base))
+        for label, s in order:
+            times[label].append(statistics.median(step_cpu_seconds(s, steps)))
+    ratios = [b / a for a, b in zip(times["without"], times["with"])]
+    timing = overhead_decision(ratios, limit, margin, f"CPU seconds per step {arms[1]} / {arms[0]} (median of "
+                                                      f"{steps} steps)")
+    median = float(np.median(ratios))
+    paper = _PAPER_RUNTIME["with ANCRe"] / _PAPER_RUNTIME["without ANCRe"] - 1
+    return Verdict(combine({"parameters": params, "time per step": timing}),
+                   {"time ratio with / without ANCRe (median of the repeats)": [median],
+                    "CPU ms per step without (median of the repeats)": [1e3 * statistics.median(times["without"])],
+                    "CPU ms per step with (median of the repeats)": [1e3 * statistics.median(times["with"])]},
+                   f"time: the paper's 1% (Sec. 5.4; Table 6's LLaMA-350M pair: 17h32min / 17h25min = {1 + paper:.4f}) "
+                   f"scaled by (L + 1) / d from 24 blocks of width 1024 to {depth} of width {width}: "
+                   f"{limit:.2%} (ours); margin {margin:g} (ours: one percentage point{'' if not mode.fast else '; fast mode: 0.5, so 3 repeats of 3 steps never decide holds'}). Parameters: fewer "
+                   "than one feature dimension (Sec. 4.1). Peak memory is not measured (no CPU counterpart of the "
+                   "GPU's peak)",
+                   f"{arms[0]} vs {arms[1]}{' with ' + str(ancre_overrides) if ancre_overrides else ''} (6 blocks of "
+                   f"width 64, batch 32, context 64, AdamW): {repeats} interleaved repeats of {steps} training steps "
+                   "each on a freshly built model, one torch thread, CPU seconds per step (median within a repeat), one "
+                   "ratio per repeat. The paper times whole GPU runs of LLaMA-60M..350M. At width 64 the share is "
+                   "larger than at LLaMA scale: the coefficients are O(L^2) scalars, but mixing the earlier states costs "
+                   "O(L^2 d) per token against O(L d^2) for the blocks, so the share grows as (L + 1) / d (25 / 1024 "
+                   "for LLaMA-350M, 7 / 64 here), and the mixing's element-wise sums are memory-bound where the blocks' "
+                   "matrix products are not" + (". Fast mode: a smoke test" if mode.fast else ""),
+                   measured={"time ratio per repeat": ratios, "extra parameters": extra, "parameters without": counts[0],
+                             "parameters with": counts[1], "limit on the time overhead": limit,
+                             "paper: LLaMA-350M runtime overhead": paper},
+                   summary=f"time per step +{median - 1:.1%} (median of {repeats} interleaved repeats; limit "
+                           f"{limit:.1%}, the paper's 1% scaled by (L + 1) / d; paper +{paper:.2%} at LLaMA-350M); "
+                           f"+{extra} parameters on {counts[0]:,} (width {width})")

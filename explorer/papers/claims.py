@@ -814,9 +814,9 @@ def _width_figure(row: dict):
 
 
 def _trainability_figure(row: dict):
-    """tau/fig1-threshold and fig1-depth30-explodes: validation accuracy against depth for each tau rule, a panel per learning rate, a
-    marker per seed and a line through the seeds' mean; a run that exploded has no accuracy: the panel says at which
-    depth and on how many seeds, in the rule's colour."""
+    """tau/fig1-threshold, fig1-depth30-explodes and fig2-no-norm-needs-tau: validation accuracy against depth for
+    each tau rule, a panel per learning rate, a marker per seed and a line through the seeds' mean; a run that exploded
+    has no accuracy: the panel says at which depth and on how many seeds, in the rule's colour."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -864,12 +864,70 @@ def _trainability_figure(row: dict):
         legend=dict(orientation="h", yanchor="top", y=-0.22, xanchor="left", x=0.0))
 
 
+def _overhead_figure(row: dict):
+    """ancre/table6-overhead: the time ratio (with / without ANCRe) of each interleaved repeat, with the claim's limit
+    and the paper's LLaMA-350M ratio."""
+    import plotly.graph_objects as go
+
+    m = row["measured"]
+    ratios = m["time ratio per repeat"]
+    fig = go.Figure(go.Scatter(x=ratios, y=[f"repeat {k + 1}" for k in range(len(ratios))], mode="markers",
+                               name="time ratio per repeat", marker=dict(size=11),
+                               hovertemplate="%{y}: %{x:.4f}<extra></extra>"))
+    for x, text, dash in ((1 + m["limit on the time overhead"], "limit", "dash"),
+                          (1 + m["paper: LLaMA-350M runtime overhead"], "paper, LLaMA-350M", "dot")):
+        fig.add_vline(x=x, line_dash=dash, annotation_text=text)
+    return fig.update_layout(template="plotly_white", title="Time per step with / without ANCRe, per repeat",
+                             xaxis_title="CPU time ratio with / without ANCRe", height=360, showlegend=False,
+                             margin=dict(l=10, r=20, t=60, b=40))
+
+
+def _trains_grid_figure(row: dict):
+    """idinit/fig6-hyperparameter-robustness: a learning-rate x weight-decay heatmap per init, each cell coloured by
+    the share of seeds that train there and labelled "k/n" with the seeds' mean val accuracy (hover: each seed's)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    m = row["measured"]
+    lrs, wds, arms = m["lrs"], m["wds"], m["arms"]
+    trains, accuracy = m["trains [lr][wd][seed]"], m["val accuracy [lr][wd][seed]"]
+    fig = make_subplots(rows=1, cols=len(arms), shared_yaxes=True, horizontal_spacing=0.08,
+                        subplot_titles=[f"{a}: {sum(map(sum, (c for r in trains[a] for c in r)))} trained runs"
+                                        for a in arms])
+    xs, ys = [f"{wd:g}" for wd in wds], [f"{lr:g}" for lr in lrs]
+    for col, arm in enumerate(arms, start=1):
+        share = [[sum(cell) / len(cell) for cell in r] for r in trains[arm]]
+
+        def label(accs, flags):
+            found = [a for a in accs if a is not None]
+            return f"{sum(flags)}/{len(flags)}" + (f"<br>{sum(found) / len(found):.2f}" if found else "<br>diverged")
+
+        text = [[label(a, t) for a, t in zip(ra, rt)] for ra, rt in zip(accuracy[arm], trains[arm])]
+        hover = [[f"lr {y}, weight decay {x}<br>" + "<br>".join(
+            f"seed {s}: " + ("diverged" if a is None else f"val acc {a:.3f}") + (" (trains)" if t else "")
+            for s, (a, t) in enumerate(zip(ac, tc))) for x, ac, tc in zip(xs, ra, rt)]
+            for y, ra, rt in zip(ys, accuracy[arm], trains[arm])]
+        fig.add_trace(go.Heatmap(z=share, x=xs, y=ys, text=text, texttemplate="%{text}", textfont=dict(size=13),
+                                 customdata=hover, hovertemplate="%{customdata}<extra></extra>", zmin=0, zmax=1,
+                                 colorscale=[[0, "#e8e8e8"], [1, "#2a9d8f"]], showscale=col == 1, xgap=2, ygap=2,
+                                 colorbar=dict(title=dict(text="share of seeds<br>that train"))), row=1, col=col)
+        fig.update_xaxes(type="category", title=dict(text="weight decay"), row=1, col=col)
+    fig.update_yaxes(type="category", title=dict(text="learning rate"), row=1, col=1)
+    return fig.update_layout(
+        template="plotly_white", height=420, font=dict(size=14), margin=dict(l=10, r=20, t=80, b=40),
+        title=dict(text="Where each init trains (cell: seeds that train / seeds, mean val accuracy)",
+                   font=dict(size=15)))
+
+
 #: claims with a figure of their own (the per-seed strip plot draws the others): (paper, id) -> draw(row)
 FIGURES: dict[tuple[str, str], Callable[[dict], Any]] = {
     ("tau", "init-norm-sharp-threshold"): _tau_norm_figure,
     ("tau", "fig1-depth30-explodes"): _trainability_figure,
     ("tau", "fig1-threshold"): _trainability_figure,
+    ("tau", "fig2-no-norm-needs-tau"): _trainability_figure,
     ("dca", "table2-width-trend"): _width_figure,
+    ("ancre", "table6-overhead"): _overhead_figure,
+    ("idinit", "fig6-hyperparameter-robustness"): _trains_grid_figure,
 }
 
 
@@ -911,6 +969,15 @@ def steps_saved(run, reference, key: str = "val_loss") -> float:
         return 1 - first_at(mine, theirs[-1][1]) / total
     return -(1 - first_at(theirs, mine[-1][1]) / total)
 
+
+def steps_to(run, level: float, key: str = "loss") -> int | None:
+    """The first logged step at which `run`'s `key` (by default the training loss) is at or below `level`; None if
+    it never is (non-finite values are skipped)."""
+    for row in run.history:
+        value = row.get(key)
+        if value is not None and math.isfinite(float(value)) and float(value) <= level:
+            return int(row["step"])
+    return None
 
 def seeded(spec, seed: int):
     """`spec` with train.seed = `seed` (the model's init and the batch order; the dataset stays the same)."""

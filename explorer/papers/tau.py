@@ -295,11 +295,13 @@ def init_norm_ratio(rule: str, depth: int, seed: int = 0, examples: int = 128) -
 FIG1_LR = 0.001  # Sec. 5.1: the paper's learning rate (the presets use 0.01)
 
 
-def fig1_spec(rule: str, depth: int, steps: int = 300, seed: int = 0, lr: float = FIG1_LR):
+def fig1_spec(rule, depth: int, steps: int = 300, seed: int = 0, lr: float = FIG1_LR):
     """The Figure 1 preset tau-fig1-`rule` ("1/L", "1/sqrt(L)", "1/L^0.25", "feedforward") at `depth`, `steps`
-    steps, `seed`, learning rate `lr` (default the paper's 0.001)."""
-    return preset(f"tau-fig1-{rule}").with_values(
-        {"model.depth": depth, "train.steps": steps, "train.seed": seed, "optim.lr": lr})
+    steps, `seed`, learning rate `lr` (default the paper's 0.001); a number (or its text, "1") is a fixed tau on the
+    same network (1: the plain residual sum x + f(x))."""
+    spec = preset(f"tau-fig1-{rule}") if rule in (*RULES, "feedforward") else \
+        preset("tau-fig1-1/sqrt(L)").with_values({"topology.value": float(rule)})
+    return spec.with_values({"model.depth": depth, "train.steps": steps, "train.seed": seed, "optim.lr": lr})
 
 
 def fig1_runs(configs: list[tuple]) -> list:
@@ -750,3 +752,51 @@ def _fig3(mode, arms=(("tau-fig3-bn", "BN"), ("tau-fig3-bn-tau", "BN + tau"))) -
                    f"At init ResNet-{init_depth} (the paper: 1202; reduced to fit 3 seeds); trained ResNet-{train_depth}, "
                    f"{steps} SGD steps (lr 0.1, momentum 0.9, batch 128) with the same {warmup}-step warm-up for both "
                    f"arms (set in the claim; without it BN alone does not train at lr 0.1); seeds {list(mode.seeds)}")
+
+
+# ---- Sec. 5.2, Figure 2: without normalisation a deep ResNet trains with tau = 1/sqrt(L), not with tau = 1 ----------
+@claim("tau", "fig2-no-norm-needs-tau", "Sec. 5.2, Figure 2",
+       "A deep ResNet without normalisation layers trains with tau = 1/sqrt(L), and does not train with tau = 1 (the "
+       "plain residual sum x + f(x)): tau, in place of a normalisation layer, keeps it stable.",
+       "Sec. 5.2: \"With tau initialized as 1/sqrt(L), we can easily train ResNet without batch normalization (BN) even "
+       "for very deep networks.\" (Figure 2: CIFAR-10/100 ResNets, all normalization layers removed); Sec. 3.3: \"ResNet "
+       "can be effectively trained even without normalization layer if choosing tau = 1/sqrt(L)\"; Sec. 1: \"for "
+       "tau > L^(-1/2 + c) the network output grows at least with rate L^c in expectation, which implies "
+       "forward/backward explosion for large L\" (tau = 1 is c = 1/2)",
+       "--scale paper: Figure 2 trains the CIFAR-10/100 ResNets of He et al. (up to 1202 layers) without normalisation, "
+       "tau learned from 1/sqrt(L), for He et al.'s epochs: GPU-days and CIFAR in EXPLORER_DATA_DIR; not provided as a "
+       "spec here")
+def _fig2(mode, trains: str = "1/sqrt(L)", fails: str = "1", depths=None, steps: int | None = None,
+          lr: float | None = None) -> Verdict:
+    # full mode: the runs of fig1-threshold at the paper's Figure 1 rate (cached), plus tau = 1 at the same depths;
+    # fast mode: fig1-threshold's smoke-test run (depth 30, lr 0.01)
+    depths = list(depths or ([30] if mode.fast else [30, 100]))
+    steps = steps or (100 if mode.fast else 200)
+    lr = lr or (0.01 if mode.fast else FIG1_LR)
+    rules, seeds = (trains, fails), list(mode.seeds)
+    configs = [(rule, L, steps, s, lr) for rule in rules for s in seeds for L in depths]
+    found = {c: r.summary() for c, r in zip(configs, fig1_runs(configs))}  # every run at once (parallel jobs)
+    at = {(rule, L, s): found[rule, L, steps, s, lr] for rule in rules for L in depths for s in seeds}
+    parts = {
+        f"tau = {trains} trains": decide_all([all(_trains(at[trains, L, s]) for L in depths) for s in seeds],
+                                             f"tau = {trains} trains at every depth {depths}"),
+        f"tau = {fails} does not": decide_all([all(_explodes(at[fails, L, s]) for L in depths) for s in seeds],
+                                              f"tau = {fails} explodes or ends at chance at every depth {depths}"),
+    }
+    decision = combine(parts)
+    outcomes = "; ".join(f"tau = {rule}, seed {s}: " + ", ".join(f"{_outcome(at[rule, L, s])} at depth {L}"
+                                                                 for L in depths) for rule in rules for s in seeds)
+    decision = Decision(decision.verdict, decision.rule, f"{decision.reason} ({outcomes})")
+    return Verdict(decision, _fig1_per_seed(found, rules, depths, steps, lr, seeds), _FIG1_CRITERIA,
+                   f"the Figure 1 MLP-ResNet (Sec. 2: width 128, no normalisation, Kaiming init) in place of Figure 2's "
+                   f"CIFAR ResNets, tau fixed (Figure 2 learns it from 1/sqrt(L)), SGD batch 256, lr {lr:g}, {steps} "
+                   f"steps, depths {depths}, sklearn digits instead of CIFAR, seeds {seeds}"
+                   + (" (fast mode: depth 30 at the presets' lr 0.01, a smoke test)" if mode.fast else
+                      " (the paper's Figure 1 rate; the tau = 1/sqrt(L) runs are fig1-threshold's)")
+                   + ". Depths of hundreds of layers do not fit a CPU run",
+                   measured={"depths": depths, "lrs": [lr], "steps": steps},
+                   summary=f"lr {lr:g}, depth {' / '.join(map(str, depths))}: " + "; ".join(
+                       f"tau = {rule}: " + ", ".join(
+                           f"{sum(_trains(at[rule, L, s]) for s in seeds)} of {len(seeds)} train, "
+                           f"{sum(_explodes(at[rule, L, s]) for s in seeds)} explode at depth {L}" for L in depths)
+                       for rule in rules))
