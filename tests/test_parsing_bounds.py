@@ -73,14 +73,24 @@ def deadline(what: str, seconds: float = LIMIT_S):
 
 
 def refused_or_accepted(call, path: str, what: str):
-    """call() under the deadline: its result, or the SpecError it raised, which must name `path` in one line."""
-    with deadline(what):
-        try:
-            return call()
-        except SpecError as error:
-            assert error.path == path, f"{what}: the error names {error.path!r}, not {path!r}"
-            assert "\n" not in str(error), f"{what}: a message of more than one line"
-            return error
+    """call() under the deadline: its result, or the SpecError it raised, which must name `path` in one line. A call
+    past the deadline runs once more under it, so a pause of the machine (another process, the collector) cannot fail
+    the test: a parse that is not linear misses the deadline both times."""
+    def timed():
+        with deadline(what):
+            try:
+                return call()
+            except SpecError as error:
+                assert error.path == path, f"{what}: the error names {error.path!r}, not {path!r}"
+                assert "\n" not in str(error), f"{what}: a message of more than one line"
+                return error
+
+    try:
+        return timed()
+    except AssertionError as missed:
+        if "took more than" not in str(missed):
+            raise
+        return timed()
 
 
 def typed_params():
@@ -201,10 +211,9 @@ def test_set_and_url_queries_read_hostile_values_in_linear_time(path):
 
 
 def test_a_query_longer_than_a_spec_is_refused_before_it_is_read():
-    with deadline("a 2 MB query"):
-        with pytest.raises(SpecError) as refused:
-            ExperimentSpec.from_query("model.depth=" + "9" * 2_000_000)
-    assert refused.value.path == "query" and "characters long" in refused.value.message
+    refused = refused_or_accepted(lambda: ExperimentSpec.from_query("model.depth=" + "9" * 2_000_000), "query",
+                                  "a 2 MB query")
+    assert isinstance(refused, SpecError) and "characters long" in refused.message
 
 
 # ---- the rule: no parameter is checked by a regex, and no regex in the library nests quantifiers -------------
