@@ -883,19 +883,20 @@ def _overhead_figure(row: dict):
 
 
 def _trains_grid_figure(row: dict):
-    """idinit/fig6-hyperparameter-robustness: a learning-rate x weight-decay heatmap per init, each cell coloured by
-    the share of seeds that train there and labelled "k/n" with the seeds' mean val accuracy (hover: each seed's)."""
+    """idinit/fig6-hyperparameter-robustness: a learning-rate x weight-decay heatmap per init, one above the other (a
+    column of the Papers page is narrow), each cell coloured by the share of seeds that train there and labelled
+    "k/n" with the seeds' mean val accuracy (hover: each seed's)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     m = row["measured"]
     lrs, wds, arms = m["lrs"], m["wds"], m["arms"]
     trains, accuracy = m["trains [lr][wd][seed]"], m["val accuracy [lr][wd][seed]"]
-    fig = make_subplots(rows=1, cols=len(arms), shared_yaxes=True, horizontal_spacing=0.08,
-                        subplot_titles=[f"{a}: {sum(map(sum, (c for r in trains[a] for c in r)))} trained runs"
+    fig = make_subplots(rows=len(arms), cols=1, shared_xaxes=True, vertical_spacing=0.14,
+                        subplot_titles=[f"{a}: {sum(map(sum, (c for r in trains[a] for c in r)))} runs train"
                                         for a in arms])
     xs, ys = [f"{wd:g}" for wd in wds], [f"{lr:g}" for lr in lrs]
-    for col, arm in enumerate(arms, start=1):
+    for place, arm in enumerate(arms, start=1):
         share = [[sum(cell) / len(cell) for cell in r] for r in trains[arm]]
 
         def label(accs, flags):
@@ -907,16 +908,17 @@ def _trains_grid_figure(row: dict):
             f"seed {s}: " + ("diverged" if a is None else f"val acc {a:.3f}") + (" (trains)" if t else "")
             for s, (a, t) in enumerate(zip(ac, tc))) for x, ac, tc in zip(xs, ra, rt)]
             for y, ra, rt in zip(ys, accuracy[arm], trains[arm])]
-        fig.add_trace(go.Heatmap(z=share, x=xs, y=ys, text=text, texttemplate="%{text}", textfont=dict(size=13),
+        fig.add_trace(go.Heatmap(z=share, x=xs, y=ys, text=text, texttemplate="%{text}", textfont=dict(size=12),
                                  customdata=hover, hovertemplate="%{customdata}<extra></extra>", zmin=0, zmax=1,
-                                 colorscale=[[0, "#e8e8e8"], [1, "#2a9d8f"]], showscale=col == 1, xgap=2, ygap=2,
-                                 colorbar=dict(title=dict(text="share of seeds<br>that train"))), row=1, col=col)
-        fig.update_xaxes(type="category", title=dict(text="weight decay"), row=1, col=col)
-    fig.update_yaxes(type="category", title=dict(text="learning rate"), row=1, col=1)
+                                 colorscale=[[0, "#e8e8e8"], [1, "#2a9d8f"]], showscale=False, xgap=2, ygap=2),
+                      row=place, col=1)
+        fig.update_yaxes(type="category", title=dict(text="learning rate"), row=place, col=1)
+        fig.update_xaxes(type="category", row=place, col=1)
+    fig.update_xaxes(title=dict(text="weight decay"), row=len(arms), col=1)
     return fig.update_layout(
-        template="plotly_white", height=420, font=dict(size=14), margin=dict(l=10, r=20, t=80, b=40),
-        title=dict(text="Where each init trains (cell: seeds that train / seeds, mean val accuracy)",
-                   font=dict(size=15)))
+        template="plotly_white", height=260 * len(arms) + 90, font=dict(size=13), margin=dict(l=10, r=20, t=90, b=40),
+        title=dict(text="Where each init trains<br><sup>cell: seeds that train / seeds, mean val accuracy; "
+                        "green: all train</sup>", font=dict(size=15)))
 
 
 #: claims with a figure of their own (the per-seed strip plot draws the others): (paper, id) -> draw(row)
