@@ -320,6 +320,7 @@ def _rewired_topologies(model: nn.Module, spec: ExperimentSpec, data: Dataset, s
 
 
 def _separate_inputs(spec: ExperimentSpec) -> bool:
+    """Whether `spec`'s topology gives each attention separate query, key and value inputs (DCA)."""
     return TOPOLOGIES[spec.topology.name].info.separate_qkv_inputs
 
 

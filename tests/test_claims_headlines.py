@@ -128,11 +128,19 @@ def test_table5_learnable_cascaded_arm_matches_a_hand_written_forward():
     assert learned and sum(p.numel() for name, p in net.named_parameters() if name in learned) == 6
 
 
-def test_table6_overhead_of_twice_the_blocks_is_not_small():
-    """The control's arm has twice the layers: its parameters alone fail the claim, whatever the machine's load."""
-    row = _fast("ancre/table6-overhead", ancre_overrides={"model.depth": 12})
-    assert row["verdict"] != "holds", row["reason"]
-    assert row["measured"]["extra parameters"] > 64
+def test_table6_control_fails_on_its_parameters_whatever_the_load():
+    """The control's ANCRe arm has twice the blocks: its extra parameters pass one feature dimension (the claim's
+    parameter part), so the control fails on a count, not on a timing a loaded machine could move. (The control
+    itself runs in tests/test_claims.py's negative-control test.)"""
+    import explorer
+
+    def parameters(spec):
+        return sum(p.numel() for p in explorer.build(spec)[0].parameters())
+
+    base = explorer.preset("ancre-table2-cascaded")
+    control = explorer.preset("ancre-table2-ancre").with_values({"model.depth": 12})
+    assert parameters(control) - parameters(base) > base.model.params["width"]
+    assert parameters(explorer.preset("ancre-table2-ancre")) - parameters(base) < base.model.params["width"]
 
 
 def test_dca_rank_gain_holds_and_without_dilution_there_is_no_gain_to_shrink():

@@ -991,8 +991,7 @@ def _thm43(mode, swapped: bool = False, sign: int = -1) -> Verdict:
     counts = {r: (_parameters(res), _parameters(grn)) for r, (res, grn) in arms.items()}
     if any(grn > res for res, grn in counts.values()):
         raise ValueError(f"GRN-v1 has more parameters than the ResNet: {counts}")
-    runs = iter(train_all([thm43_spec(topology, r if topology == "cascaded" else r - 1, mode.fast, s, sign)
-                           for r in ranks for topology in ("cascaded", "grn-v1") for s in seeds]))
+    runs = iter(train_all([seeded(spec, s) for r in ranks for spec in arms[r] for s in seeds]))
     A = sign * np.eye(d)
     er = {}
     for r in ranks:

@@ -286,6 +286,13 @@ def steps_to(run, threshold: float = ACCURACY) -> int | None:
 # --------------------------------------------------------------------------- claims
 
 
+def _mean_present(values) -> float:
+    """The mean of the values that are there (None: a run without the number, e.g. a target never reached); NaN
+    when none is."""
+    numbers = [v for v in values if v is not None]
+    return sum(numbers) / len(numbers) if numbers else math.nan
+
+
 @claim("idinit", "rank-constraint", "Sec. 3.1.2, Thm. 3.1, Fig. 4b",
        "Padding identities into the dimension-increasing first layer (IDI) lets the residual part "
        "theta1 - I of the following square layer reach rank above D0 during SGD; padding zeros keeps it <= D0.",
@@ -514,10 +521,7 @@ def _steps_to_accuracy(mode, arms=("kaiming", "idinit"), share: float = PAPER_TA
     per_seed.update({f"steps to the target, {a}": v for a, v in found.items()})
     per_seed.update({f"final val accuracy, {a}": v for a, v in final.items()})
 
-    def mean(values):
-        numbers = [v for v in values if v is not None]
-        return sum(numbers) / len(numbers) if numbers else math.nan
-
+    mean = _mean_present
     summary = (f"mean val accuracy over the run {slow} {mean(area[slow]):.3f} / {fast_arm} {mean(area[fast_arm]):.3f}; "
                f"steps to the target (mean {mean(targets):.2f}) {slow} {mean(found[slow]):.0f} / {fast_arm} "
                f"{mean(found[fast_arm]):.0f}; final val accuracy {slow} {mean(final[slow]):.3f} / {fast_arm} "
@@ -663,13 +667,9 @@ def _table2(mode, components=tuple(ABLATIONS), full_overrides=None) -> Verdict:
     per_seed = {"final val accuracy, IDInit": final[None]}
     per_seed.update({f"final val accuracy, IDInit w/o {c}": final[c] for c in components})
 
-    def mean(values):
-        numbers = [v for v in values if v is not None]
-        return sum(numbers) / len(numbers) if numbers else math.nan
-
     decision = combine(parts)
-    summary = f"IDInit {mean(final[None]):.3f}; " + "; ".join(
-        f"w/o {c} {mean(final[c]):.3f} ({parts[f'w/o {c}'].verdict})" for c in components) + \
+    summary = f"IDInit {_mean_present(final[None]):.3f}; " + "; ".join(
+        f"w/o {c} {_mean_present(final[c]):.3f} ({parts[f'w/o {c}'].verdict})" for c in components) + \
         f" (final val accuracy, {'one seed, fast-mode smoke test' if mode.fast else f'means of {len(mode.seeds)} seeds'})"
     size = ("fast mode, a smoke test: width 8, 60 steps" if mode.fast else f"width 16, {ABLATION_STEPS} steps")
     return Verdict(decision, per_seed,

@@ -202,11 +202,12 @@ def table1_spec(name: str, fast: bool, seed: int = 0, scale: str = "cpu", device
     return seeded(base.with_values({**changes, **(overrides or {})}), seed)
 
 
-def trained_all(names, fast: bool, seeds, scale: str = "cpu", device: str = "cpu", optim: str = "adamw") -> dict:
-    """{(name, seed): run} for every preset name and seed (see table1_spec), trained together with train_all (cached,
-    as independent jobs of the enclosing execution)."""
+def trained_all(names, fast: bool, seeds, scale: str = "cpu", device: str = "cpu", optim: str = "adamw",
+                overrides: dict | None = None) -> dict:
+    """{(name, seed): run} for every preset name and seed (see table1_spec; `overrides`: name -> the changes of that
+    preset's runs), trained together with train_all (cached, as independent jobs of the enclosing execution)."""
     keys = [(n, s) for s in seeds for n in names]
-    runs = train_all([table1_spec(n, fast, s, scale, device, optim) for n, s in keys])
+    runs = train_all([table1_spec(n, fast, s, scale, device, optim, (overrides or {}).get(n)) for n, s in keys])
     return dict(zip(keys, runs))
 
 
@@ -475,9 +476,8 @@ _SOAP_MARGIN = 0.022  # Table 1's AdamW gap skip - skipless+init, 80.3 - 78.1 po
 def _table1_soap(mode, arms=TABLE1_SOAP, init_overrides=None) -> Verdict:
     skip, init = arms
     seeds = mode.seeds
-    keys = [(name, s) for s in seeds for name in dict.fromkeys(arms)]
-    soap = dict(zip(keys, train_all([table1_spec(name, mode.fast, s, mode.scale, mode.device, "soap",
-                                                 init_overrides if name == init else None) for name, s in keys])))
+    soap = trained_all(list(dict.fromkeys(arms)), mode.fast, seeds, mode.scale, mode.device, optim="soap",
+                       overrides={init: init_overrides})
     adamw = trained_all([init], mode.fast, seeds, mode.scale, mode.device)  # table1-accuracy's runs (cached)
 
     def accuracy(run):
