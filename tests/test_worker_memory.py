@@ -8,8 +8,9 @@ import explorer
 from explorer_app import jobs, workers
 
 SMALL = explorer.preset("tau-fig1-1/sqrt(L)").with_values({"model.depth": 4, "train.steps": 2, "train.log_every": 1})
-# A 2048-wide stream: four inputs' Jacobians take hundreds of MB (within EXPLORER_MAX_MODEL_MB's default), and
-# 24 such layers with their gradients and Adam states about 1.6 GB.
+# A 2048-wide stream: eight inputs' Jacobians add about 1 GB to a process at one or two threads (within
+# EXPLORER_MAX_MODEL_MB's default), well past LIMIT_MB with the worker's own size; four add 520-560 MB, which lands
+# at the limit or under it by the thread count. 24 such layers with their gradients and Adam states take about 1.6 GB.
 WIDE = explorer.ExperimentSpec.default().with_values(
     {"data.name": "identity", "data.dim": 2048, "data.n_train": 64, "data.n_val": 16, "model.name": "linear",
      "model.width": 2048, "model.depth": 1})
@@ -32,7 +33,7 @@ def test_a_job_past_the_limit_is_one_line_and_a_fresh_worker_takes_the_next(limi
     queue = jobs.JobQueue(1, pool=limited_pool, cores=2)
     [first] = limited_pool.pids()
     state = explorer.build(WIDE)[0].state_dict()
-    big = jobs.wait(queue.submit_probes(WIDE, {"norms": {}, "jacobian": {}}, 4, "big", state=state, step=0,
+    big = jobs.wait(queue.submit_probes(WIDE, {"norms": {}, "jacobian": {}}, 8, "big", state=state, step=0,
                                         seconds=600), timeout=600)
     assert big.status == "error" and "\n" not in big.error
     assert big.error.startswith(f"the probe jacobian needed more than the {LIMIT_MB} MB memory limit")
