@@ -231,13 +231,16 @@ def test_every_control_of_train(app):
         time.sleep(1.0)
         try:
             page.locator(".st-key-train-resume button").wait_for(timeout=30_000)
-        except Exception:  # playwright's TimeoutError: the page kept showing Pause after the step (a redraw race seen
-            # once in three full runs); the job itself must be paused again, which a fresh render shows
+        except Exception:  # playwright's TimeoutError: the page kept showing Pause after the step (the feed's ask to
+            # rerun did not reach it); the job itself must be paused again, which a fresh render shows
             warnings.warn("Train did not redraw Resume within 30 s after Step; checked after the page's next rerun")
             choose(page, "train-basis", "unrolled")  # any widget reruns the page, which draws the job as it is
             settle(page, "heatmap basis select")
             page.locator(".st-key-train-resume button").wait_for(timeout=30_000)
         page.locator(".st-key-train-resume button").first.click()
+        # Stop once the page shows the run going on, as a user sees it (a click made while the page still redraws
+        # Resume's press can be lost beside a busy process)
+        page.locator(".st-key-train-pause button:enabled").wait_for(timeout=30_000)
         page.locator(".st-key-train-stop button:enabled").first.click()
         page.get_by_text("stopped", exact=False).first.wait_for(timeout=60_000)
         settle(page, "Stop")

@@ -1,6 +1,7 @@
 """The live feed a page publishes and the browser polls (explorer_app.live_feed), without a browser."""
 
 import json
+import time
 
 import plotly.graph_objects as go
 import pytest
@@ -126,3 +127,14 @@ def test_a_link_exists_only_where_a_feed_is_served(monkeypatch, served):
     assert (link is not None) == served
     if served:
         assert link.to_data()["url"].endswith("/live/t0k3n") and link.to_data()["period_ms"] == 200
+
+
+def test_a_later_link_is_drawn_later(monkeypatch):
+    """The browser keeps the stamp of the newest link it was handed (a part that Streamlit hands its earlier data
+    again must not wind the page's stamp back), so links made one after another are ordered, and their order
+    survives a JavaScript number (below 2**53)."""
+    monkeypatch.setattr(live_feed, "served", True)
+    first = live_feed.link("t0k3n", "loss", "4:running", "running")
+    time.sleep(0.001)
+    second = live_feed.link("t0k3n", "loss", "4:paused", "paused")
+    assert first.to_data()["drawn"] < second.to_data()["drawn"] < 2**53

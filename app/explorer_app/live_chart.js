@@ -159,20 +159,21 @@ const ASK_AGAIN_MS = 2000;  // a rerun asked for and not yet drawn is asked for 
 function feedAt(url) {
   let feed = feeds.get(url);
   if (!feed) {
-    feed = {url, parts: new Map(), stamp: null, period: 200, polling: false, askedAt: -Infinity};
+    feed = {url, parts: new Map(), stamp: null, drawn: -Infinity, period: 200, polling: false, askedAt: -Infinity,
+            asks: 0};
     feeds.set(url, feed);
   }
   return feed;
 }
 
-// Ask the page to rerun: its widgets no longer show the feed's state (or the feed is gone).
+// Ask the page to rerun: its widgets no longer show the feed's state (or the feed is gone). Each ask goes
+// through the next of the feed's parts, so an ask a part's fragment could not take is made again by another.
 function askRerun(feed) {
   const now = performance.now();
-  if (now - feed.askedAt < ASK_AGAIN_MS) return;
-  const part = feed.parts.values().next().value;
-  if (!part) return;
+  if (now - feed.askedAt < ASK_AGAIN_MS || !feed.parts.size) return;
+  const parts = [...feed.parts.values()];
   feed.askedAt = now;
-  part.setTriggerValue("stale", now);
+  parts[feed.asks++ % parts.length].setTriggerValue("stale", now);
 }
 
 const QUIET_MAX_MS = 1000;  // a feed with nothing new (a run queued or paused) is asked less often, down to this
@@ -234,10 +235,16 @@ function unfollow(part, url = null) {
 function follow(part, link) {
   unfollow(part, link.url);  // it followed another feed before (a new run, a new token)
   const feed = feedAt(link.url);
-  if (feed.stamp !== link.stamp) feed.askedAt = -Infinity;  // the page drew a new state: a new ask may come
-  feed.stamp = link.stamp;
+  if (link.drawn >= feed.drawn) {  // the newest drawing's stamp is the page's (Streamlit may hand a part older data)
+    if (feed.stamp !== link.stamp) feed.askedAt = -Infinity;  // the page drew a new state: a new ask may come
+    feed.stamp = link.stamp;
+    feed.drawn = link.drawn;
+  }
   feed.period = link.period_ms;
-  part.version = link.version;
+  if (link.drawn >= (part.drawn ?? -Infinity)) {
+    part.version = link.version;
+    part.drawn = link.drawn;
+  }
   feed.parts.set(link.part, part);
   if (!feed.polling) poll(feed);
 }

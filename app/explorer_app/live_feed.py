@@ -78,16 +78,18 @@ class State:
 @dataclass(frozen=True)
 class Link:
     """What a live part on the page needs to follow a feed: the feed's URL, the part's name in it, the
-    version the page drew and the page's stamp."""
+    version the page drew and the page's stamp; `drawn` orders links in time (the browser keeps the stamp of
+    the newest: a part that Streamlit hands its earlier data again must not wind the page's stamp back)."""
 
     url: str
     part: str
     version: str
     stamp: str
+    drawn: int = field(default_factory=lambda: time.monotonic_ns() // 1000)  # microseconds: exact in a JS number
 
     def to_data(self) -> dict:
         return {"url": self.url, "part": self.part, "version": self.version, "stamp": self.stamp,
-                "period_ms": int(POLL_S * 1000)}
+                "drawn": self.drawn, "period_ms": int(POLL_S * 1000)}
 
 
 class Feed:
