@@ -118,7 +118,7 @@ def test_unknown_paper_is_refused(capsys):
 def fast_rows():
     """Every claim's fast-mode row, by "paper/id" (their runs are cached in the paper modules, so the controls
     that swap arms re-use them)."""
-    return {f"{r['paper']}/{r['id']}": r for r in run_claims(fast=True)}
+    return {f"{r['paper']}/{r['id']}": r for r in run_claims(fast=True, workers=2)}
 
 
 def test_explorer_claims_fast_runs_every_claim_without_errors(fast_rows, capsys):
