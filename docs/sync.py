@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 from explorer.papers.base import PAPERS
-from explorer.papers.claims import RULE_SUMMARY, duration, recorded
+from explorer.papers.claims import FULL_MODE_BUDGET_S, RULE_SUMMARY, duration, recorded
 from explorer.settings import SETTINGS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +93,16 @@ def timing(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def budget(rows: list[dict]) -> str:
+    spent = {paper: sum(r["seconds"] for r in rows if r["paper"] == paper) for paper in PAPERS}
+    within = [f"{paper} {duration(s)}" for paper, s in spent.items() if s <= FULL_MODE_BUDGET_S]
+    over = [f"{paper} {duration(s)}" for paper, s in spent.items() if s > FULL_MODE_BUDGET_S]
+    return (f"The budget: one paper's claims take at most {duration(FULL_MODE_BUDGET_S)} in full mode with "
+            "`--workers 2` on a 2-core machine (the rows' own seconds, summed). "
+            + (f"Within it: {', '.join(within)}. " if within else "")
+            + (f"Over it: {', '.join(over)}." if over else "Every paper is within it."))
+
+
 def verdicts(rows: list[dict], paper: str) -> str:
     mine = [r for r in rows if r["paper"] == paper]
     if not mine:
@@ -117,8 +127,8 @@ def render(name: str, stored: dict) -> str:
             raise SystemExit(f"docs: block sync:{name} names no paper; papers: {', '.join(PAPERS)}")
         return verdicts(rows, paper)
     makers = {"summary": lambda: summary(rows), "about": lambda: about(stored["about"]),
-              "table": lambda: table(rows), "timing": lambda: timing(rows), "settings": settings,
-              "rule": lambda: RULE_SUMMARY}
+              "table": lambda: table(rows), "timing": lambda: timing(rows), "budget": lambda: budget(rows),
+              "settings": settings, "rule": lambda: RULE_SUMMARY}
     if name not in makers:
         raise SystemExit(f"docs: unknown block sync:{name}; use one of {', '.join(makers)}, verdicts:PAPER")
     return makers[name]()

@@ -25,9 +25,26 @@ def test_a_changed_row_changes_every_block_that_quotes_it():
     changed = copy.deepcopy(stored)
     row = next(r for r in changed["rows"] if r["verdict"] == "holds")
     row["verdict"], row["seconds"] = "does-not-hold", row["seconds"] + 600
-    for name in ("summary", "table", "timing", f"verdicts:{row['paper']}"):
+    for name in ("summary", "table", "timing", "budget", f"verdicts:{row['paper']}"):
         assert docs.render(name, stored) != docs.render(name, changed), name
     assert "does not hold" in docs.render("table", changed)
+
+
+def test_the_budget_names_each_paper_on_its_side_of_the_limit():
+    """A paper whose rows' seconds sum past FULL_MODE_BUDGET_S is named over it, the others within it."""
+    from explorer.papers.claims import FULL_MODE_BUDGET_S
+
+    stored = copy.deepcopy(recorded())
+    for row in stored["rows"]:
+        row["seconds"] = 1.0
+    first, second = list(PAPERS)[:2]
+    next(r for r in stored["rows"] if r["paper"] == first)["seconds"] = FULL_MODE_BUDGET_S + 1
+    said = docs.render("budget", stored)
+    over, within = said.split("Over it:")[1], said.split("Within it:")[1].split("Over it:")[0]
+    assert first in over and first not in within and second in within and second not in over, said
+    for row in stored["rows"]:
+        row["seconds"] = 1.0
+    assert "Every paper is within it." in docs.render("budget", stored)
 
 
 def test_a_stale_row_says_so_where_it_is_quoted():
@@ -37,7 +54,7 @@ def test_a_stale_row_says_so_where_it_is_quoted():
 
 
 def test_an_unknown_block_is_one_line_naming_the_choices():
-    with pytest.raises(SystemExit, match="use one of summary, about, table, timing, settings, rule"):
+    with pytest.raises(SystemExit, match="use one of summary, about, table, timing, budget, settings, rule"):
         docs.render("tabel", recorded())
     with pytest.raises(SystemExit, match="names no paper"):
         docs.render("verdicts:resnet", recorded())

@@ -68,6 +68,9 @@ RULE_SUMMARY = ("Full mode runs each claim's seeds (3 or more; some claims add s
                 "float noise) is inconclusive. Fast mode runs one seed of smaller runs and decides only beyond a wide margin: a "
                 "smoke test that can disagree with full mode, whose verdict is the evidence.")
 RECORDED = Path(__file__).with_name("claims_full.json")  # the full-mode rows recorded with the package
+# the time one paper's claims may take in full mode with two worker processes on a 2-core CPU (the rows' own
+# seconds, summed): what a lecturer preparing a session can wait for; docs/sync.py says which papers are within it
+FULL_MODE_BUDGET_S = 15 * 60
 
 
 @dataclass(frozen=True)
