@@ -269,8 +269,10 @@ def executed_notebooks(tmp_path_factory):
     sys.path.insert(0, str(ROOT / "notebooks"))
     import build_site
 
-    saved = {key: os.environ.get(key) for key in ("EXPLORER_FAST", "OMP_NUM_THREADS")}
-    os.environ.update(EXPLORER_FAST="1", OMP_NUM_THREADS="1")  # the kernels inherit them
+    saved = {key: os.environ.get(key) for key in ("EXPLORER_FAST", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    # the kernels inherit them, MKL's threads too: a caller's MKL_NUM_THREADS=2 keeps a second thread spinning in each
+    # kernel, and beside a busy process a notebook runs ten times slower
+    os.environ.update(EXPLORER_FAST="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     try:
         first = [path for name in LONGEST_NOTEBOOKS for path in build_site.NOTEBOOKS if path.stem == name]
         with ThreadPoolExecutor(max_workers=2) as pool:
