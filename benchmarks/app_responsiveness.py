@@ -54,6 +54,9 @@ LOSS_POINTS = """() => {
 # JavaScript: no script run under way (Streamlit's "running" indicator is absent).
 NOT_RUNNING = "!document.querySelector('[data-testid=\"stStatusWidget\"]')"
 IDLE = f"() => {NOT_RUNNING}"
+# JavaScript: no script run under way and no element marked stale (from the moment a rerun is requested until the
+# run has redrawn or dropped it): the page shows what its last run drew, and nothing else.
+SETTLED = f"() => {NOT_RUNNING} && !document.querySelector('[data-stale=\"true\"]')"
 # JavaScript: click Pause if it is enabled; whether it was clicked.
 PRESS_PAUSE = """() => {
   const button = document.querySelector('.st-key-train-pause button');

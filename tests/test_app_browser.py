@@ -156,8 +156,7 @@ def test_the_live_charts_follow_the_run_without_rerunning_the_page(app):
     page.wait_for_function(f"() => ({CHART_ELEMENTS})().some(([kind]) => kind === 'heatmap')", timeout=60_000)
     # the rerun that drew the heatmap has ended (no element of the page marked stale): the form's design view that
     # the run's network view replaced is gone from the page
-    page.wait_for_function(f"() => {browsing.NOT_RUNNING} && !document.querySelector('[data-stale=\"true\"]')",
-                           timeout=60_000)
+    page.wait_for_function(browsing.SETTLED, timeout=60_000)
     elements, contents, texts = {}, {}, []
     polls.clear()
     reruns.clear()

@@ -54,9 +54,7 @@ from browsers import browsing, skip_without_browser
 
 MISSING = skip_without_browser()
 
-# No script run under way: no running indicator (it shows only after a run's first 500 ms) and no element
-# marked stale (from the moment a rerun is requested until the run has redrawn or dropped it).
-IDLE = f"() => {browsing.NOT_RUNNING} && !document.querySelector('[data-stale=\"true\"]')"
+IDLE = browsing.SETTLED  # no script run under way (its indicator shows after its first 500 ms), no element stale
 PRESET = "idinit-fig5-idiz"  # digits, a 4-layer MLP: seconds to train
 
 
