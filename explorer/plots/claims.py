@@ -271,6 +271,9 @@ def _wrap(text: str, width: int = 36) -> str:
     return "<br>".join(_word_lines(text, width))
 
 
+_AXIS_GAP_PX = 80  # between one quantity group's axis and the next group's first row, in pixels
+
+
 def claim_figure(row: Mapping[str, Any]) -> go.Figure | None:
     """The numbers a claim's verdict rests on: a strip plot of its per-seed numbers, a line per quantity and a
     marker per seed (hover: the seed and its value), the quantities grouped by what they measure (`CLAIM_MEASURES`:
@@ -293,8 +296,12 @@ def claim_figure(row: Mapping[str, Any]) -> go.Figure | None:
         return None
     n_seeds = max(len(column) for quantities in groups.values() for _, column in quantities)
     sizes = [len(quantities) for quantities in groups.values()]
+    # each axis's tick labels and title need _AXIS_GAP_PX under it, whatever the figure's height (in a narrow
+    # column plotly tilts the tick labels, which then need more)
+    height = 150 + 34 * sum(sizes) + (70 + _AXIS_GAP_PX) * len(groups)
+    plot_px = height - 90  # the top and bottom margins below
     fig = make_subplots(rows=len(groups), cols=1, row_heights=[s / sum(sizes) for s in sizes],
-                        vertical_spacing=min(0.12, 0.35 / len(groups)) if len(groups) > 1 else 0.0)
+                        vertical_spacing=_AXIS_GAP_PX / plot_px if len(groups) > 1 else 0.0)
     colours = run_colors([f"seed {i}" for i in range(n_seeds)])
     for index, (measure, quantities) in enumerate(groups.items(), start=1):
         labels = []
@@ -317,12 +324,10 @@ def claim_figure(row: Mapping[str, Any]) -> go.Figure | None:
                          tickfont=dict(size=13), row=index, col=1)
         title = _claim_axis_title(measure, [label for label, _ in quantities])
         fig.update_xaxes(title=dict(text=_axis_title(title, log), font=dict(size=14)), tickfont=dict(size=13),
-                         automargin=True, row=index, col=1, **(_log_axis(values) if log else {}))
-    return _finish(fig, "The numbers per seed",
-                   height=150 + 34 * sum(sizes) + 70 * len(groups), font=dict(size=14),
+                         nticks=5, automargin=True, row=index, col=1, **(_log_axis(values) if log else {}))
+    return _finish(fig, "The numbers per seed", height=height, font=dict(size=14),
                    margin=dict(l=10, r=20, t=50, b=40),
-                   legend=dict(orientation="h", yanchor="top", y=-0.08 - 60 / (150 + 34 * sum(sizes) + 70 * len(groups)),
-                               xanchor="left", x=0.0))
+                   legend=dict(orientation="h", yanchor="top", y=-0.08 - 60 / height, xanchor="left", x=0.0))
 
 
 GRID_METRICS = {"final_loss": "final loss", "final_val_loss": "final validation loss",
