@@ -11,7 +11,7 @@ import pytest
 
 from explorer.papers import claims as registry
 from explorer.papers import clear_cache
-from explorer.papers.claims import steps_saved, steps_to
+from explorer.papers.claims import steps_saved, steps_to, time_speedup
 
 
 def _run(losses, every=10):
@@ -32,6 +32,16 @@ def test_steps_saved_is_nan_without_a_final_value():
     diverged = _run([4.0, 3.0, float("nan")])
     diverged.history[-1]["val_loss"] = float("inf")
     assert math.isnan(steps_saved(diverged, _run([4.0, 3.0, 2.0])))
+
+
+def test_time_speedup_divides_the_references_seconds_by_the_runs_seconds_to_its_level():
+    slow = _run([4.0, 3.0, 2.5, 2.2, 2.0])  # ends at 2.0 after 40 s (one second per step)
+    fast = _run([4.0, 2.6, 2.0, 1.9, 1.8])  # reaches 2.0 at step 20
+    for run, seconds_per_step in ((slow, 1.0), (fast, 3.0)):  # the fast run's steps cost three times as much
+        for row in run.history:
+            row["time"] = seconds_per_step * row["step"]
+    assert time_speedup(fast, slow) == pytest.approx(40 / 60)  # half the steps, each 3x dearer: slower in seconds
+    assert math.isnan(time_speedup(slow, fast))  # the slow run never reaches the fast one's final 1.8
 
 
 def _fast(key, **controls):

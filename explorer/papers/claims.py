@@ -977,6 +977,18 @@ def steps_saved(run, reference, key: str = "val_loss") -> float:
     return -(1 - first_at(theirs, mine[-1][1]) / total)
 
 
+def time_speedup(run, reference, key: str = "val_loss") -> float:
+    """The reference's training seconds over `run`'s up to the first logged step at which its `key` is at or below
+    the reference's final value (each history row's "time": seconds since its run started, validation passes
+    included): above 1 when `run` gets there sooner in wall time. NaN where it never does or a value is missing."""
+    rows = [row for row in run.history if row.get(key) is not None and math.isfinite(float(row[key]))]
+    final = reference.history[-1] if reference.history else {}
+    if not rows or final.get(key) is None or not math.isfinite(float(final[key])):
+        return math.nan
+    reached = next((row for row in rows if float(row[key]) <= float(final[key])), None)
+    return final["time"] / reached["time"] if reached is not None and reached["time"] > 0 else math.nan
+
+
 def steps_to(run, level: float, key: str = "loss") -> int | None:
     """The first logged step at which `run`'s `key` (by default the training loss) is at or below `level`; None if
     it never is (non-finite values are skipped)."""

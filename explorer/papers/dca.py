@@ -18,7 +18,8 @@ import statistics
 
 from explorer.diagnosis import Context, Quantity, Rule, device_of
 from explorer.papers.base import Paper, preset, register_paper, train_all
-from explorer.papers.claims import Decision, Verdict, claim, combine, decide, decide_all, seeded, steps_saved
+from explorer.papers.claims import (Decision, Verdict, claim, combine, decide, decide_all, seeded, steps_saved,
+                                    time_speedup)
 
 
 def _lowrank(task: str, topology: str, lr: float) -> dict:
@@ -688,18 +689,25 @@ def _same_quality_faster(mode, base: str = "transformer", variant: str = "dca", 
     decision = decide(saved, fast_margin=0.25,
                       what=f"share of the steps {variant} saves to reach the {base}'s final val loss")
     speedup = [1 / (1 - v) if math.isfinite(v) and v < 1 else math.nan for v in saved]
+    in_time = [time_speedup(run, ref) for run, ref in zip(faster, reference)]
     spec = table7_spec(base, mode.fast)
-    return Verdict(decision, {"share of steps saved": saved, f"speed-up in steps ({variant})": speedup},
+    return Verdict(decision, {"share of steps saved": saved, f"speed-up in steps ({variant})": speedup,
+                              f"speed-up in wall time ({variant}, reported, not judged)": in_time},
                    "the sign (ours): the paper's \"up to 3x\" is its best case over model sizes at width 512 after "
                    "131B tokens and sets no bar for a CPU run; fast-mode margin 0.25 (ours: a smoke test)",
                    f"the runs of table7-ablation ({variant} and {base} arms): " + _gpt_setup(spec)
                    + f"; seeds {seeds}; the share is 1 - t / T, t the first logged step at which {variant}'s validation "
                    f"loss is at or below the {base}'s final one (negative: the {base} reaches {variant}'s final loss "
-                   f"first); in steps, not wall time (a {variant} step costs more than a {base} step, and wall time on "
-                   "a shared CPU is noise)" + ("; fast mode logs every 5 steps (a smoke test)" if mode.fast else ""),
+                   f"first); judged in steps; the wall-time speed-up, the {base}'s training seconds over {variant}'s "
+                   f"up to that step (each run's own clock, its validation passes included), is "
+                   f"reported, not judged: a {variant} step costs more than a {base} step, and seconds on a shared CPU "
+                   "are noisier than steps" + ("; fast mode logs every 5 steps (a smoke test)" if mode.fast else ""),
                    measured={"paper: speed-up (up to)": 3.0},
                    summary=(f"{variant} reaches the {base}'s final val loss with {statistics.fmean(saved):.0%} fewer "
-                            f"steps on average (paper: up to 3x faster)") if all(map(math.isfinite, saved)) else "")
+                            "steps on average" + (f", a wall-time speed-up of {statistics.fmean(in_time):.2f}x (reported)"
+                                                  if all(map(math.isfinite, in_time)) else "")
+                            + " (paper: up to 3x faster)") if all(map(math.isfinite, saved)) else "")
+
 
 
 # full mode: the first two of Figure 6's depths (6, 12, ..., 42 layers), at width 32 (at 6 blocks the runs of
