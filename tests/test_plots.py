@@ -720,6 +720,18 @@ def test_claim_figure_puts_accuracies_and_losses_on_their_own_axes():
     assert plots.claim_figure({"per_seed": {"diverged": [True, False]}}) is None  # flags are not numbers
 
 
+def test_claim_figure_draws_the_speed_ups_on_one_axis_and_the_share_of_steps_on_another():
+    row = next(r for r in _recorded_rows() if r["id"] == "same-quality-faster")
+    fig = plots.claim_figure(row)
+    titles = {name.replace("axis", ""): fig.layout[name].title.text for name in fig.layout if name.startswith("xaxis")}
+    labels = {}
+    for trace in fig.data:
+        labels.setdefault(titles[trace.xaxis], set()).update(label.replace("<br>", " ") for label in trace.y)
+    assert set(labels) == {"share", "speed-up"}, titles  # no axis titled by a dangling "speed-up in"
+    assert labels["share"] == {"share of steps saved"}
+    assert all(label.startswith("speed-up in") for label in labels["speed-up"]) and len(labels["speed-up"]) == 2
+
+
 # --------------------------------------------------------------------------- heatmaps that open their maths
 
 

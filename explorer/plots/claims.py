@@ -230,7 +230,8 @@ def _per_seed_table(seeds: Mapping[str, Sequence[Any]] | Sequence[Any]) -> str:
 #: What a per-seed quantity measures, read from its name: the first of these words it contains names the
 #: axis it is drawn on in `claim_figure` (a name with none is grouped by its first word).
 CLAIM_MEASURES: tuple[tuple[str, str], ...] = (
-    ("loss ratio", "loss ratio"), ("rises", "loss rises"), ("steps", "steps"), ("accuracy", "accuracy"),
+    ("loss ratio", "loss ratio"), ("rises", "loss rises"), ("speed-up", "speed-up"), ("share of steps", "share"),
+    ("steps", "steps"), ("accuracy", "accuracy"),
     ("val acc", "accuracy"), ("miou", "mIoU"), ("gain", "gain"), ("loss", "loss"), ("share", "share"),
     ("growth", "growth"), ("exponent", "exponent"), ("depth", "depth"), ("kappa", "condition number"),
 )
@@ -255,6 +256,8 @@ def _claim_axis_title(measure: str, labels: Sequence[str]) -> str:
         common.append(column[0])
     if common and common[-1] == "=":  # "..., eps =": the arm's variable, not the quantity
         common = common[:-2]
+    while common and common[-1] in ("in", "of", "at", "for", "to", "with"):  # "speed-up in" [steps / wall time]
+        common = common[:-1]
     prefix = " ".join(common).rsplit(" at ", 1)[0].rstrip(",:;")
     words = [word for word, m in CLAIM_MEASURES if m == measure]
     if len(labels) > 1 and prefix and (not words or any(word in prefix.lower() for word in words)):
