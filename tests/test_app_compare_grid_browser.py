@@ -64,7 +64,12 @@ def test_a_grid_of_three_drawn_designs_by_two_seeds_shows_its_small_multiples(ap
     page.wait_for_function("() => document.querySelector('.st-key-compare-launch button').innerText"
                            ".includes('Launch 6 runs')", timeout=30_000)
     launch.click()
-    page.get_by_text("6 of 6 runs done").first.wait_for(timeout=600_000)
+    page.get_by_text("6 of 6 runs done").first.wait_for(timeout=600_000)  # the live progress: no rerun yet
+    # the heatmap is drawn by the page's reruns: wait for the one after the grid ended (Stop grid disabled), which
+    # draws every run's final loss (an earlier one may show a run's loss at an earlier logged step)
+    page.wait_for_function("() => { const b = document.querySelector('.st-key-compare-stop button');"
+                           " return !!b && b.disabled; }", timeout=120_000)
+    settle(page)
     page.wait_for_function(f"() => {{ const h = ({HEATMAP})(); return h && h.text.flat().every(t => /\\d/.test(t)); }}",
                            timeout=120_000)  # every cell printed with its value
     shown = page.evaluate(HEATMAP)
