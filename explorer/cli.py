@@ -361,6 +361,9 @@ def _claims(args) -> int:
     if args.record and (fast or args.scale != "cpu"):
         raise SpecError("--record", "only full-mode CPU-scale results are recorded: drop --fast (and EXPLORER_FAST=1) "
                                     "and --scale paper")
+    if args.record and settings.papers_cache_dir() is not None:
+        raise SpecError("--record", "a recorded row states the seconds its runs took here: unset "
+                                    "EXPLORER_PAPERS_CACHE_DIR, so that no run is read from another process's folder")
     total = len(select(args.paper, args.ids))  # an unknown id is refused before anything starts
     workers = args.workers if args.workers is not None else (os.cpu_count() or 1)
     if workers < 1:

@@ -1,6 +1,6 @@
 """Every setting made by an environment variable, declared once (`SETTINGS`: name, default, what it sets), and
-its one reader: numbers (caps, cache sizes, server limits) with `number`, the folders with `home`, `data_dir` and
-`plugins_folder`, the switches with `fast_mode`, `admin_token` and `ray_address`.
+its one reader: numbers (caps, cache sizes, server limits) with `number`, the folders with `home`, `data_dir`,
+`papers_cache_dir` and `plugins_folder`, the switches with `fast_mode`, `admin_token` and `ray_address`.
 
 A number variable that is unset or blank gives its default; anything else must be a whole number in range,
 or the reader raises a SettingError that names the variable, what it sets, and the fix. Read at each use, so
@@ -84,6 +84,12 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "model weights, data and history, without optimizer state); a server's worker drops them when its claims "
             "job ends, so between jobs it keeps none and the server keeps only the claims' result rows",
             low=0, worker=True),
+    Setting("EXPLORER_PAPERS_CACHE_DIR", None, "the folder the paper runs' cache is also kept in",
+            "a folder of your own where the paper runs' cache is also kept, so a notebook run again, another kernel or "
+            "`explorer claims` reuses the runs instead of training them again. Entries are keyed by the run and by a "
+            "fingerprint of the library's code and torch's version (a changed library trains afresh; the folder keeps "
+            "one fingerprint's runs). They are pickles: name a folder only you can write to",
+            shown_default="unset", worker=True),
     Setting("EXPLORER_DATA_DIR", None, "the folder dataset files are read from",
             "the only folder the app reads dataset files (MNIST, CIFAR, text) from",
             shown_default="`EXPLORER_HOME/data`", worker=True),
@@ -119,6 +125,12 @@ def home() -> Path:
 def data_dir() -> Path:
     """EXPLORER_DATA_DIR, or EXPLORER_HOME/data: the only folder the app reads dataset files from."""
     return Path(_text("EXPLORER_DATA_DIR") or home() / "data").expanduser()
+
+
+def papers_cache_dir() -> Path | None:
+    """EXPLORER_PAPERS_CACHE_DIR, or None when unset: the folder the paper runs' cache is also kept in."""
+    text = _text("EXPLORER_PAPERS_CACHE_DIR")
+    return Path(text).expanduser() if text else None
 
 
 def fast_mode() -> bool:

@@ -72,6 +72,17 @@ def local_ray():
     ray.shutdown()
 
 
+@pytest.fixture(scope="session")
+def papers_cache_dir(tmp_path_factory):
+    """One EXPLORER_PAPERS_CACHE_DIR for the session (under pytest-xdist, for all its workers): the fast-mode claims
+    (tests/test_claims.py) write their runs there and the notebooks' kernels (executed_notebooks) read them instead
+    of training them again. Only those two fixtures name it: every other test trains what it checks."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "papers-cache"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
 # The tiers. The fast tier (every module's unit tests and one AppTest smoke per page, about two minutes on a
 # 2-core machine) is run before every change; .ci/run runs every tier. A test lands in its tiers by rule: its
 # file's name, its fixtures, what its code starts, and the two tables below (tests measured, with the time each
@@ -259,20 +270,23 @@ LONGEST_NOTEBOOKS = ("01_ancre", "02_dca", "05_skipless", "04_tau", "03_idinit")
 
 
 @pytest.fixture(scope="session")
-def executed_notebooks(tmp_path_factory):
+def executed_notebooks(tmp_path_factory, papers_cache_dir):
     """{name: notebook} of every notebook executed top to bottom in fast mode, each by a fresh kernel in a
     folder of its own, two kernels at a time with one torch thread each (a notebook's small runs gain little
     from a second thread, so the two cores of a CI machine run two notebooks), the longest started first (so
     that no long one starts last, beside an idle core); a notebook that failed to run maps to its exception.
-    Shared by the notebook tests and the static site's tests."""
+    The kernels read the runs the fast-mode claims kept in papers_cache_dir (those the claims did not run, they
+    train). Shared by the notebook tests and the static site's tests."""
     pytest.importorskip("nbclient")
     sys.path.insert(0, str(ROOT / "notebooks"))
     import build_site
 
-    saved = {key: os.environ.get(key) for key in ("EXPLORER_FAST", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    saved = {key: os.environ.get(key) for key in ("EXPLORER_FAST", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                  "EXPLORER_PAPERS_CACHE_DIR")}
     # the kernels inherit them, MKL's threads too: a caller's MKL_NUM_THREADS=2 keeps a second thread spinning in each
     # kernel, and beside a busy process a notebook runs ten times slower
-    os.environ.update(EXPLORER_FAST="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    os.environ.update(EXPLORER_FAST="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                      EXPLORER_PAPERS_CACHE_DIR=str(papers_cache_dir))
     try:
         first = [path for name in LONGEST_NOTEBOOKS for path in build_site.NOTEBOOKS if path.stem == name]
         with ThreadPoolExecutor(max_workers=2) as pool:

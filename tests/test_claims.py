@@ -115,10 +115,12 @@ def test_unknown_paper_is_refused(capsys):
 # ---- every claim in fast mode, and its negative control ----------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def fast_rows():
+def fast_rows(papers_cache_dir):
     """Every claim's fast-mode row, by "paper/id" (their runs are cached in the paper modules, so the controls
-    that swap arms re-use them)."""
-    return {f"{r['paper']}/{r['id']}": r for r in run_claims(fast=True, workers=2)}
+    that swap arms re-use them, and kept in the session's papers_cache_dir, for the notebooks' kernels)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EXPLORER_PAPERS_CACHE_DIR", str(papers_cache_dir))
+        return {f"{r['paper']}/{r['id']}": r for r in run_claims(fast=True, workers=2)}
 
 
 def test_explorer_claims_fast_runs_every_claim_without_errors(fast_rows, capsys):

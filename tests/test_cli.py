@@ -383,3 +383,10 @@ def test_claims_reproduce_of_what_was_not_recorded_is_one_line_naming_the_flag(c
     code, out, err = run_cli(capsys, "claims", *argv)
     assert_clean_error(code, out, err, f"error: {field}:")
     assert err.count("\n") == 1 and out == ""
+
+
+def test_claims_record_with_a_papers_cache_folder_is_refused_before_anything_runs(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_PAPERS_CACHE_DIR", str(tmp_path / "cache"))
+    code, out, err = run_cli(capsys, "claims", "--paper", "ancre", "--record")
+    assert_clean_error(code, out, err, "error: --record:")
+    assert "EXPLORER_PAPERS_CACHE_DIR" in err and not (tmp_path / "cache").exists()

@@ -5,6 +5,8 @@ The claims and the notebooks share their runs through `cached`: one least-recent
 paper, bounded by EXPLORER_PAPERS_CACHE_MB (default 256) of model weights, data and results, so a process
 that runs every claim (a server's worker, a notebook kernel) does not keep every run it ever trained. A run
 is kept without its training state (optimizer moments): claims and figures read its model, data and history.
+Where EXPLORER_PAPERS_CACHE_DIR names a folder, each entry is also written there (`DiskRuns`), so another
+process (a notebook's kernel after `explorer claims`, a notebook run again) reads it instead of training again.
 
 A claim asks for all its runs at once (`train_all(specs)`, or `run_jobs(fn, items)` for work that is not a
 plain training run), so its seeds and arms can train side by side: in this process one after the other (the
@@ -19,8 +21,16 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
+import functools
+import hashlib
+import os
+import pickle
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from explorer.cache import LRUCache, megabytes_setting
@@ -44,21 +54,113 @@ def _cache_key(key: tuple) -> tuple:
     return (*key, "one ulp up") if _perturbing() else key
 
 
+@functools.cache
+def code_fingerprint() -> str:
+    """A digest of the library's source files and torch's version: a run kept on disk by other code is another run."""
+    import torch
+
+    digest = hashlib.sha256(torch.__version__.encode())
+    package = Path(__file__).resolve().parents[1]
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+class DiskRuns:
+    """The papers' cache entries kept as files in EXPLORER_PAPERS_CACHE_DIR/runs-<code_fingerprint()>/, one pickle
+    per key, so other processes reuse them; the folders of other fingerprints are removed at the first write. Reading
+    and writing are best effort: an entry that cannot be pickled or read is trained again, never an error."""
+
+    @staticmethod
+    def folder() -> Path | None:
+        from explorer.settings import papers_cache_dir
+
+        root = papers_cache_dir()
+        return None if root is None else root / f"runs-{code_fingerprint()}"
+
+    @staticmethod
+    def _path(folder: Path, key: tuple) -> Path:
+        return folder / (hashlib.sha256(repr(key).encode()).hexdigest() + ".pkl")
+
+    @classmethod
+    def get(cls, key: tuple) -> Any:
+        folder = cls.folder()
+        if folder is None:
+            return None
+        try:
+            with open(cls._path(folder, key), "rb") as file:
+                stored_key, value = pickle.load(file)
+            if stored_key != key:
+                return None
+            if isinstance(value, _StoredRun):
+                from explorer.spec import ExperimentSpec
+
+                value = _unpack(ExperimentSpec.from_dict(value.spec), value.record)
+            return value
+        except Exception:  # missing, partly written by a process that was killed, or from an unpicklable class
+            return None
+
+    @classmethod
+    def put(cls, key: tuple, value: Any) -> None:
+        folder = cls.folder()
+        if folder is None:
+            return
+        try:
+            if not folder.is_dir():
+                folder.mkdir(parents=True, exist_ok=True)
+                for other in folder.parent.iterdir():
+                    if other != folder and other.is_dir() and other.name.startswith("runs-"):
+                        shutil.rmtree(other, ignore_errors=True)
+            if hasattr(value, "_rewire"):  # an explorer Run: its weights and record (the data is generated again)
+                value = _StoredRun(value.spec.to_dict(), _portable(value)) if not value.rewires else \
+                    dataclasses.replace(value, _rewire=None, _state=None)
+            with tempfile.NamedTemporaryFile(dir=folder, suffix=".tmp", delete=False) as file:
+                pickle.dump((key, value), file, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(file.name, cls._path(folder, key))  # whole or not at all, for a reader in another process
+        except Exception:
+            with contextlib.suppress(Exception):
+                os.unlink(file.name)
+
+
+@dataclass(frozen=True)
+class _StoredRun:
+    """A Run as DiskRuns keeps it: its spec and its portable record (`_portable`)."""
+
+    spec: dict
+    record: dict
+
+
+def _kept(key: tuple) -> Any:
+    """The papers' cache entry of `key` (the key already made by `_cache_key`): this process's, else the folder's."""
+    value = RUNS.get(key)
+    if value is None:
+        value = DiskRuns.get(key)
+        if value is not None:
+            RUNS.put(key, value)
+    return value
+
+
+def _keep(key: tuple, value: Any) -> None:
+    RUNS.put(key, value)
+    DiskRuns.put(key, value)
+
+
 def cached(key: tuple, make: Callable[[], Any]) -> Any:
     """`make()`, kept per `key` (a tuple starting with the paper's id) in the papers' bounded cache."""
-
-    def slim():
+    key = _cache_key(key)
+    value = _kept(key)
+    if value is None:
         value = make()
         if hasattr(value, "_state"):  # an explorer Run: drop the closure that holds the optimizer's state
             value._state = None
-        return value
-
-    return RUNS.get_or_make(_cache_key(key), slim)
+        _keep(key, value)
+    return value
 
 
 def clear_cache() -> None:
-    """Drop every run the papers' cache keeps (a server's worker does after each claims job: the server keeps
-    the claims' result rows, and the runs behind them would only hold the worker's memory)."""
+    """Drop every run the papers' cache keeps in this process (a server's worker does after each claims job: the
+    server keeps the claims' result rows, and the runs behind them would only hold the worker's memory); the
+    folder of EXPLORER_PAPERS_CACHE_DIR is left as it is."""
     RUNS.clear()
 
 
@@ -179,11 +281,11 @@ def cached_jobs(fn: Callable, items: Sequence[tuple], paper: str) -> list:
     cached run as independent jobs of the current execution (`run_jobs`), so a claim's seeds and arms run side
     by side. `fn` is a module-level function with picklable arguments and result."""
     wanted = {_cache_key((paper, fn.__name__, *item)): tuple(item) for item in items}
-    found = {key: RUNS.get(key) for key in wanted}
+    found = {key: _kept(key) for key in wanted}
     missing = [key for key in wanted if found[key] is None]
     if missing:
         for key, value in zip(missing, run_jobs(fn, [wanted[key] for key in missing])):
-            RUNS.put(key, value)
+            _keep(key, value)
             found[key] = value
     return [found[_cache_key((paper, fn.__name__, *item))] for item in items]
 
@@ -201,7 +303,7 @@ def train_all(specs: Sequence, callbacks: Sequence[Callable] = ()) -> list:
     specs = list(specs)
     callbacks = tuple(callbacks)
     keys = [run_key(spec, callbacks) for spec in specs]
-    found = {key: RUNS.get(key) for key in keys}
+    found = {key: _kept(key) for key in keys}
     missing = {key: spec for key, spec in zip(keys, specs) if found[key] is None}
     if missing:
         setting = _EXECUTION.get()
@@ -215,7 +317,7 @@ def train_all(specs: Sequence, callbacks: Sequence[Callable] = ()) -> list:
             for i, run in zip(group, runs):
                 run = _unpack(missing[order[i]], run) if portable else run
                 found[order[i]] = run
-                RUNS.put(order[i], run)
+                _keep(order[i], run)
     return [found[key] for key in keys]
 
 
@@ -248,10 +350,13 @@ def _train_group(spec_dicts: list[dict], callbacks: tuple, portable: bool) -> li
             runs = None
     if runs is None:
         runs = [train(spec, callbacks=list(callbacks) or None) for spec in specs]
-    if not portable:
-        return runs
-    return [{"weights": {k: v.detach().cpu() for k, v in run.model.state_dict().items()}, "device": run.device,
-             **{name: getattr(run, name) for name in _RUN_FIELDS}} for run in runs]
+    return [_portable(run) for run in runs] if portable else runs
+
+
+def _portable(run) -> dict:
+    """A run as its weights and record only (what crosses back from a worker, and what DiskRuns writes)."""
+    return {"weights": {k: v.detach().cpu() for k, v in run.model.state_dict().items()}, "device": run.device,
+            **{name: getattr(run, name) for name in _RUN_FIELDS}}
 
 
 def _unpack(spec, portable: dict):

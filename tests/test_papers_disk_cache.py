@@ -1,0 +1,99 @@
+"""The papers' cache kept in a folder (EXPLORER_PAPERS_CACHE_DIR): another process reads a run instead of training
+it again, the same run to the bit; a changed library misses; a damaged entry trains again; unset, nothing is
+written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from explorer.papers import base, clear_cache, preset
+from explorer.papers.claims import seeded
+
+
+def _specs(seeds=(0, 1)):
+    return [seeded(preset("tau-fig1-1/L").with_values({"train.steps": 20, "train.log_every": 10}), s) for s in seeds]
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("EXPLORER_PAPERS_CACHE_DIR", str(tmp_path / "papers-cache"))
+    clear_cache()
+    yield tmp_path / "papers-cache"
+    clear_cache()
+
+
+def _no_training(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("trained a run the folder holds")
+
+    monkeypatch.setattr(base, "_train_group", refuse)
+
+
+def test_a_run_read_from_the_folder_is_the_run_that_was_trained(folder, monkeypatch):
+    trained = base.train_all(_specs())
+    assert len(list(folder.glob("runs-*/*.pkl"))) == 2
+    clear_cache()  # as a fresh process: nothing in memory
+    _no_training(monkeypatch)
+    read = base.train_all(_specs())
+    for a, b in zip(trained, read):
+        assert a.spec == b.spec and a.status == b.status and a.history == b.history
+        assert a.probe_history == b.probe_history and a.steps_done == b.steps_done
+        for name, tensor in a.model.state_dict().items():
+            assert torch.equal(tensor, b.model.state_dict()[name]), name
+        assert torch.equal(a.data.x_val, b.data.x_val)  # the data generated again, the same
+
+
+def test_another_process_reads_what_this_one_wrote(folder):
+    trained = base.train_all(_specs((0,)))[0]
+    code = ("from explorer.papers import base, preset\n"
+            "from explorer.papers.claims import seeded\n"
+            "def refuse(*a, **k): raise AssertionError('trained again')\n"
+            "base._train_group = refuse\n"
+            "spec = seeded(preset('tau-fig1-1/L').with_values({'train.steps': 20, 'train.log_every': 10}), 0)\n"
+            "print(base.train_all([spec])[0].history[-1]['loss'])\n")
+    env_out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert env_out.returncode == 0, env_out.stderr[-2000:]
+    assert float(env_out.stdout.split()[-1]) == trained.history[-1]["loss"]
+
+
+def test_other_code_misses_and_its_folder_is_removed(folder, monkeypatch):
+    base.train_all(_specs((0,)))
+    (old,) = folder.glob("runs-*")
+    monkeypatch.setattr(base, "code_fingerprint", lambda: "another-library")
+    clear_cache()
+    trained = []
+    real = base._train_group
+    monkeypatch.setattr(base, "_train_group", lambda *a: trained.append(1) or real(*a))
+    base.train_all(_specs((0,)))
+    assert trained == [1] and not old.exists() and (folder / "runs-another-library").is_dir()
+
+
+def test_a_damaged_entry_trains_again(folder, monkeypatch):
+    first = base.train_all(_specs((0,)))[0]
+    (entry,) = folder.glob("runs-*/*.pkl")
+    entry.write_bytes(entry.read_bytes()[:100])  # cut short, as by a killed writer
+    clear_cache()
+    again = base.train_all(_specs((0,)))[0]
+    losses = [row["loss"] for row in again.history]
+    assert losses == [row["loss"] for row in first.history] and entry.stat().st_size > 100  # trained, written again
+
+
+def test_unset_nothing_is_written(tmp_path, monkeypatch):
+    monkeypatch.delenv("EXPLORER_PAPERS_CACHE_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    clear_cache()
+    base.train_all(_specs((0,)))
+    clear_cache()
+    assert base.DiskRuns.folder() is None and not list(tmp_path.rglob("*.pkl"))
+
+
+def test_a_cached_value_that_is_not_a_run_is_kept_too(folder):
+    made = []
+    value = base.cached(("tau", "a-test-value", 3), lambda: made.append(1) or {"norms": [1.0, 2.0]})
+    clear_cache()
+    again = base.cached(("tau", "a-test-value", 3), lambda: made.append(1) or {"norms": []})
+    assert made == [1] and again == value == {"norms": [1.0, 2.0]}
