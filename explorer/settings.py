@@ -90,6 +90,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "fingerprint of the library's code and torch's version (a changed library trains afresh; the folder keeps "
             "one fingerprint's runs). They are pickles: name a folder only you can write to",
             shown_default="unset", worker=True),
+    Setting("EXPLORER_PAPERS_CACHE_DIR_MB", 2048, "megabytes the paper runs' cache folder may hold",
+            "what the folder of `EXPLORER_PAPERS_CACHE_DIR` may hold; past it the entries read least recently are "
+            "removed first", worker=True),
     Setting("EXPLORER_DATA_DIR", None, "the folder dataset files are read from",
             "the only folder the app reads dataset files (MNIST, CIFAR, text) from",
             shown_default="`EXPLORER_HOME/data`", worker=True),

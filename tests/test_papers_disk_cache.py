@@ -97,3 +97,25 @@ def test_a_cached_value_that_is_not_a_run_is_kept_too(folder):
     clear_cache()
     again = base.cached(("tau", "a-test-value", 3), lambda: made.append(1) or {"norms": []})
     assert made == [1] and again == value == {"norms": [1.0, 2.0]}
+
+
+def test_past_its_limit_the_folder_drops_the_entries_read_least_recently(folder, monkeypatch):
+    import os
+    import time
+
+    runs = base.train_all(_specs((0, 1)))
+    entries = sorted(folder.glob("runs-*/*.pkl"), key=lambda p: p.stat().st_mtime)
+    size = entries[0].stat().st_size
+    past = time.time() - 60
+    for age, path in enumerate(entries):
+        os.utime(path, (past + age, past + age))
+    clear_cache()
+    base.train_all(_specs((0,)))  # read now: seed 0 is the most recent
+    limit = 2**20 * (2 * size // 2**20 + 1)  # the two runs fit
+    monkeypatch.setenv("EXPLORER_PAPERS_CACHE_DIR_MB", str(limit // 2**20))
+    filler = {"weights": torch.zeros((limit - size - size // 2) // 4)}  # fits beside one run, not beside both
+    base.cached(("tau", "a-test-filler"), lambda: filler)
+    left = {path.name for path in folder.glob("runs-*/*.pkl")}
+    seed0 = base.DiskRuns._path(base.DiskRuns.folder(), base.run_key(_specs((0,))[0]))
+    assert seed0.name in left and len(left) < 3, (left, size)
+    assert runs[0].history  # (the runs themselves stay in this process)

@@ -68,8 +68,9 @@ def code_fingerprint() -> str:
 
 class DiskRuns:
     """The papers' cache entries kept as files in EXPLORER_PAPERS_CACHE_DIR/runs-<code_fingerprint()>/, one pickle
-    per key, so other processes reuse them; the folders of other fingerprints are removed at the first write. Reading
-    and writing are best effort: an entry that cannot be pickled or read is trained again, never an error."""
+    per key, so other processes reuse them; the folders of other fingerprints are removed at the first write, and
+    past EXPLORER_PAPERS_CACHE_DIR_MB the entries read least recently go first. Reading and writing are best
+    effort: an entry that cannot be pickled or read is trained again, never an error."""
 
     @staticmethod
     def folder() -> Path | None:
@@ -87,11 +88,13 @@ class DiskRuns:
         folder = cls.folder()
         if folder is None:
             return None
+        path = cls._path(folder, key)
         try:
-            with open(cls._path(folder, key), "rb") as file:
+            with open(path, "rb") as file:
                 stored_key, value = pickle.load(file)
             if stored_key != key:
                 return None
+            os.utime(path)  # read now: the last to be removed when the folder is full
             if isinstance(value, _StoredRun):
                 from explorer.spec import ExperimentSpec
 
@@ -117,9 +120,28 @@ class DiskRuns:
             with tempfile.NamedTemporaryFile(dir=folder, suffix=".tmp", delete=False) as file:
                 pickle.dump((key, value), file, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(file.name, cls._path(folder, key))  # whole or not at all, for a reader in another process
+            cls._prune(folder)
         except Exception:
             with contextlib.suppress(Exception):
                 os.unlink(file.name)
+
+    @staticmethod
+    def _prune(folder: Path) -> None:
+        """Remove the entries read or written least recently until the folder holds EXPLORER_PAPERS_CACHE_DIR_MB."""
+        from explorer.settings import number
+
+        limit = number("EXPLORER_PAPERS_CACHE_DIR_MB") * 2**20
+        entries = []
+        for entry in os.scandir(folder):
+            with contextlib.suppress(OSError):
+                entries.append((entry.stat().st_mtime, entry.stat().st_size, entry.path))
+        total = sum(size for _, size, _ in entries)
+        for _, size, path in sorted(entries):
+            if total <= limit:
+                break
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            total -= size
 
 
 @dataclass(frozen=True)
