@@ -144,6 +144,7 @@ SLOW = (
     "test_plots.py::test_png_export_works_or_names_the_fix",
     "test_probes.py::test_probes_restore_the_mode_and_leave_gradients_alone",
     "test_rewire.py::test_default_weights_give_bit_identical_runs",
+    "test_tiers.py::test_an_xdist_group_runs_in_one_worker",
     "test_sweep.py::test_a_failed_trial_is_recorded_and_the_others_go_on",
     "test_sweep.py::test_ctrl_c_stops_the_pool_and_keeps_what_finished",
     "test_sweep.py::test_local_pool_records_every_trial_as_it_finishes",
@@ -227,18 +228,23 @@ def tier_markers(item) -> set[str]:
 
 # Under pytest-xdist (--dist loadgroup, in pyproject.toml's addopts) the tests that share a costly fixture run in one
 # worker, so it is built once: a session fixture named here is one group, and a module-scoped fixture makes its
-# file one group (a server and Chromium, a JupyterLab, a module's measured runs). Every other test goes to
-# whichever worker is free.
+# file one group (a module's measured runs). The browser tests are one group, "browser", in one worker: they wait on
+# a server and Chromium far more than they compute (about a quarter of a 2-core machine), so the other worker runs
+# the tests that compute meanwhile. Every other test goes to whichever worker is free.
 SHARED_SESSION_FIXTURES = ("local_ray", "executed_notebooks", "notebook_lab")
+BROWSER_GROUP = "browser"
 
 
-def xdist_group(item) -> str | None:
-    """The pytest-xdist group of a collected test: the costly shared fixture it uses, or None."""
+def xdist_group(item, tiers=frozenset()) -> str | None:
+    """The pytest-xdist group of a collected test (its `tiers`, tier_markers): the costly shared session fixture it
+    uses, else "browser" for a browser test, else its file for a module-scoped fixture, else None."""
     definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
     names = getattr(item, "fixturenames", ())
     for fixture in SHARED_SESSION_FIXTURES:
         if fixture in names:
             return fixture
+    if "browser" in tiers:
+        return BROWSER_GROUP
     if any(d.scope == "module" for name in names for d in definitions.get(name, ())):
         return item.path.name
     return None
@@ -249,15 +255,17 @@ def pytest_collection_modifyitems(items):
     """Mark each test with its tiers; the tests on the shared local Ray run last, one after the other (the
     order within each group is kept). In an xdist worker, mark each test's group (xdist_group)."""
     in_worker = bool(os.environ.get("PYTEST_XDIST_WORKER"))
-    groups = {item: xdist_group(item) for item in items} if in_worker else {}
-    files = {item.path.name for item, group in groups.items() if group == item.path.name}
+    tiers = {item: tier_markers(item) for item in items}
+    groups = {item: xdist_group(item, tiers[item]) for item in items} if in_worker else {}
+    # a file with a module fixture or a browser test keeps its other tests in that group: they run in order around
+    # the module fixture, as in a serial run
+    files = {item.path.name: group for item, group in groups.items()
+             if group in (item.path.name, BROWSER_GROUP)}
     for item in items:
-        tiers = tier_markers(item)
-        for marker in sorted(tiers - {mark.name for mark in item.iter_markers()}):
+        for marker in sorted(tiers[item] - {mark.name for mark in item.iter_markers()}):
             item.add_marker(marker)
-        item.user_properties.append(("tiers", ",".join(sorted(tiers))))  # in the junit XML .ci/run keeps
-        # the whole file: its other tests run in order around the module fixture, as in a serial run
-        group = groups.get(item) or (item.path.name if item.path.name in files else None)
+        item.user_properties.append(("tiers", ",".join(sorted(tiers[item]))))  # in the junit XML .ci/run keeps
+        group = groups.get(item) or files.get(item.path.name)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
     on_ray = [item for item in items if item.get_closest_marker("ray")]

@@ -105,9 +105,12 @@ def collected(file: str, **scopes: str):
 
 
 def test_tests_that_share_a_costly_fixture_run_in_one_xdist_worker():
-    """Under `-n N` a module's server (or JupyterLab) and the session's Ray and executed notebooks are built once:
-    their tests form one xdist group (--dist loadgroup); a test with function-scoped fixtures has none."""
-    assert xdist_group(collected("test_x_browser.py", app="module", tmp_path="function")) == "test_x_browser.py"
+    """Under `-n N` a module's fixture and the session's Ray, JupyterLab and executed notebooks are built once: their
+    tests form one xdist group (--dist loadgroup); the browser tests are one group; a test with function-scoped
+    fixtures has none."""
+    assert xdist_group(collected("test_x.py", measured="module", tmp_path="function")) == "test_x.py"
+    assert xdist_group(collected("test_x_browser.py", app="module"), {"app", "browser"}) == "browser"
+    assert xdist_group(collected("test_notebooks_browser.py", notebook_lab="session"), {"browser"}) == "notebook_lab"
     assert xdist_group(collected("test_sweep.py", local_ray="session")) == "local_ray"
     assert xdist_group(collected("test_notebooks_site.py", site="module", executed_notebooks="session")) \
         == "executed_notebooks"
@@ -115,3 +118,36 @@ def test_tests_that_share_a_costly_fixture_run_in_one_xdist_worker():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
     assert "--dist loadgroup" in addopts
+
+
+def test_an_xdist_group_runs_in_one_worker(tmp_path):
+    """Under `-n 2 --dist loadgroup` two files of one group run in one worker (the installed pytest and pytest-xdist
+    agree on how a group is tagged); without the group they spread over both."""
+    pytest.importorskip("xdist")
+    import subprocess
+    import sys
+
+    for name in ("a", "b"):
+        (tmp_path / f"test_{name}.py").write_text(
+            "import os, pathlib, time\n"
+            "import pytest\n"
+            "@pytest.mark.parametrize('i', range(4))\n"
+            f"def test_{name}(i):\n"
+            "    time.sleep(0.2)\n"
+            f"    pathlib.Path(r'{tmp_path}', f'ran-{name}{{i}}-' + os.environ['PYTEST_XDIST_WORKER']).touch()\n")
+    for grouped in (True, False):
+        (tmp_path / "conftest.py").write_text(
+            "import pytest\n"
+            "@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups, as tests/conftest.py\n"
+            "def pytest_collection_modifyitems(items):\n"
+            + ("    for item in items:\n        item.add_marker(pytest.mark.xdist_group('one'))\n" if grouped
+               else "    pass\n"))
+        for ran in tmp_path.glob("ran-*"):
+            ran.unlink()
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p",
+                               "no:cacheprovider", str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stdout[-2000:]
+        workers = {ran.name.rsplit("-", 1)[1] for ran in tmp_path.glob("ran-*")}
+        assert len(list(tmp_path.glob("ran-*"))) == 8
+        assert (len(workers) == 1) == grouped, (grouped, workers)
