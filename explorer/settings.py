@@ -88,7 +88,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "a folder of your own where the paper runs' cache is also kept, so a notebook run again, another kernel or "
             "`explorer claims` reuses the runs instead of training them again. Entries are keyed by the run and by a "
             "fingerprint of the library's code and torch's version (a changed library trains afresh; the folder keeps "
-            "one fingerprint's runs). They are pickles: name a folder only you can write to",
+            "one fingerprint's runs). They are read as tensors and plain data only, never as code",
             shown_default="unset", worker=True),
     Setting("EXPLORER_PAPERS_CACHE_DIR_MB", 2048, "megabytes the paper runs' cache folder may hold",
             "what the folder of `EXPLORER_PAPERS_CACHE_DIR` may hold; past it the entries read least recently are "

@@ -35,7 +35,7 @@ def _no_training(monkeypatch):
 
 def test_a_run_read_from_the_folder_is_the_run_that_was_trained(folder, monkeypatch):
     trained = base.train_all(_specs())
-    assert len(list(folder.glob("runs-*/*.pkl"))) == 2
+    assert len(list(folder.glob("runs-*/*.pt"))) == 2
     clear_cache()  # as a fresh process: nothing in memory
     _no_training(monkeypatch)
     read = base.train_all(_specs())
@@ -74,7 +74,7 @@ def test_other_code_misses_and_its_folder_is_removed(folder, monkeypatch):
 
 def test_a_damaged_entry_trains_again(folder, monkeypatch):
     first = base.train_all(_specs((0,)))[0]
-    (entry,) = folder.glob("runs-*/*.pkl")
+    (entry,) = folder.glob("runs-*/*.pt")
     entry.write_bytes(entry.read_bytes()[:100])  # cut short, as by a killed writer
     clear_cache()
     again = base.train_all(_specs((0,)))[0]
@@ -88,7 +88,7 @@ def test_unset_nothing_is_written(tmp_path, monkeypatch):
     clear_cache()
     base.train_all(_specs((0,)))
     clear_cache()
-    assert base.DiskRuns.folder() is None and not list(tmp_path.rglob("*.pkl"))
+    assert base.DiskRuns.folder() is None and not list(tmp_path.rglob("*.pt"))
 
 
 def test_a_cached_value_that_is_not_a_run_is_kept_too(folder):
@@ -104,7 +104,7 @@ def test_past_its_limit_the_folder_drops_the_entries_read_least_recently(folder,
     import time
 
     runs = base.train_all(_specs((0, 1)))
-    entries = sorted(folder.glob("runs-*/*.pkl"), key=lambda p: p.stat().st_mtime)
+    entries = sorted(folder.glob("runs-*/*.pt"), key=lambda p: p.stat().st_mtime)
     size = entries[0].stat().st_size
     past = time.time() - 60
     for age, path in enumerate(entries):
@@ -115,7 +115,24 @@ def test_past_its_limit_the_folder_drops_the_entries_read_least_recently(folder,
     monkeypatch.setenv("EXPLORER_PAPERS_CACHE_DIR_MB", str(limit // 2**20))
     filler = {"weights": torch.zeros((limit - size - size // 2) // 4)}  # fits beside one run, not beside both
     base.cached(("tau", "a-test-filler"), lambda: filler)
-    left = {path.name for path in folder.glob("runs-*/*.pkl")}
+    left = {path.name for path in folder.glob("runs-*/*.pt")}
     seed0 = base.DiskRuns._path(base.DiskRuns.folder(), base.run_key(_specs((0,))[0]))
     assert seed0.name in left and len(left) < 3, (left, size)
     assert runs[0].history  # (the runs themselves stay in this process)
+
+
+def test_an_entry_that_would_run_code_is_not_run(folder, tmp_path):
+    """A file in the folder is read as tensors and plain data: a pickle that calls a function is refused (a miss)."""
+    import pickle
+
+    base.train_all(_specs((0,)))
+    (entry,) = folder.glob("runs-*/*.pt")
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (marker.touch, ())
+
+    entry.write_bytes(pickle.dumps(Payload()))
+    clear_cache()
+    assert base.train_all(_specs((0,)))[0].history and not marker.exists()

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import functools
 import hashlib
 import os
-import pickle
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
@@ -67,10 +65,11 @@ def code_fingerprint() -> str:
 
 
 class DiskRuns:
-    """The papers' cache entries kept as files in EXPLORER_PAPERS_CACHE_DIR/runs-<code_fingerprint()>/, one pickle
-    per key, so other processes reuse them; the folders of other fingerprints are removed at the first write, and
+    """The papers' cache entries kept as files in EXPLORER_PAPERS_CACHE_DIR/runs-<code_fingerprint()>/, one file per
+    key (torch.save; read with weights_only, so a file can hold tensors and plain containers but no code), so other
+    processes reuse them; the folders of other fingerprints are removed at the first write, and
     past EXPLORER_PAPERS_CACHE_DIR_MB the entries read least recently go first. Reading and writing are best
-    effort: an entry that cannot be pickled or read is trained again, never an error."""
+    effort: an entry that cannot be saved or read that way is trained again, never an error."""
 
     @staticmethod
     def folder() -> Path | None:
@@ -81,26 +80,27 @@ class DiskRuns:
 
     @staticmethod
     def _path(folder: Path, key: tuple) -> Path:
-        return folder / (hashlib.sha256(repr(key).encode()).hexdigest() + ".pkl")
+        return folder / (hashlib.sha256(repr(key).encode()).hexdigest() + ".pt")
 
     @classmethod
     def get(cls, key: tuple) -> Any:
         folder = cls.folder()
         if folder is None:
             return None
+        import torch
+
         path = cls._path(folder, key)
         try:
-            with open(path, "rb") as file:
-                stored_key, value = pickle.load(file)
-            if stored_key != key:
+            stored = torch.load(path, weights_only=True)  # tensors and plain containers only: reading runs no code
+            if stored["key"] != repr(key):
                 return None
             os.utime(path)  # read now: the last to be removed when the folder is full
-            if isinstance(value, _StoredRun):
+            if stored["run"] is not None:
                 from explorer.spec import ExperimentSpec
 
-                value = _unpack(ExperimentSpec.from_dict(value.spec), value.record)
-            return value
-        except Exception:  # missing, partly written by a process that was killed, or from an unpicklable class
+                return _unpack(ExperimentSpec.from_dict(stored["run"]), stored["value"])
+            return stored["value"]
+        except Exception:  # missing, partly written by a process that was killed, or holding another type
             return None
 
     @classmethod
@@ -108,17 +108,21 @@ class DiskRuns:
         folder = cls.folder()
         if folder is None:
             return
+        run = None
+        if hasattr(value, "_rewire"):  # an explorer Run: its spec, weights and record (the data is generated again)
+            if value.rewires:
+                return  # a rewired model is not the one its spec builds
+            run, value = value.spec.to_dict(), _portable(value)
         try:
+            import torch
+
             if not folder.is_dir():
                 folder.mkdir(parents=True, exist_ok=True)
                 for other in folder.parent.iterdir():
                     if other != folder and other.is_dir() and other.name.startswith("runs-"):
                         shutil.rmtree(other, ignore_errors=True)
-            if hasattr(value, "_rewire"):  # an explorer Run: its weights and record (the data is generated again)
-                value = _StoredRun(value.spec.to_dict(), _portable(value)) if not value.rewires else \
-                    dataclasses.replace(value, _rewire=None, _state=None)
             with tempfile.NamedTemporaryFile(dir=folder, suffix=".tmp", delete=False) as file:
-                pickle.dump((key, value), file, protocol=pickle.HIGHEST_PROTOCOL)
+                torch.save({"key": repr(key), "run": run, "value": value}, file)
             os.replace(file.name, cls._path(folder, key))  # whole or not at all, for a reader in another process
             cls._prune(folder)
         except Exception:
@@ -142,14 +146,6 @@ class DiskRuns:
             with contextlib.suppress(OSError):
                 os.unlink(path)
             total -= size
-
-
-@dataclass(frozen=True)
-class _StoredRun:
-    """A Run as DiskRuns keeps it: its spec and its portable record (`_portable`)."""
-
-    spec: dict
-    record: dict
 
 
 def _kept(key: tuple) -> Any:
