@@ -478,13 +478,14 @@ def test_every_control_of_papers(app):
     with pressing(page, root, "papers"):
         page.goto(f"{base}/papers?paper=IDInit")
         settle(page, "opening Papers")
-        toggle(page, "papers-fast")
+        toggle(page, "papers-fast")  # off: full mode
+        claim = page.locator(".st-key-papers-claim-idinit-chi-at-init")
         click(page, "papers-run-idinit-chi-at-init", "Run this claim")
-        page.locator(".explorer-verdicts:visible").first.wait_for(timeout=60_000)  # not the folded recorded table
+        claim.get_by_text("full mode, computed in").wait_for(timeout=120_000)  # this session's row, not the recorded one
+        settle(page, "the claim's result")
         page.get_by_text("Presets (", exact=False).first.click()  # the presets expander
-        page.locator(".st-key-papers-open-idinit-fig5-idiz button").first.click()
-        page.locator(".st-key-train-start button").wait_for(timeout=60_000)  # on the Train page now
-        settle(page, "Open in Train")
+        click(page, "papers-open-idinit-fig5-idiz", "Open in Train",
+              until="() => document.querySelector('.st-key-train-start button') !== null")  # on the Train page now
         assert url_spec(page).to_dict() == explorer.preset("idinit-fig5-idiz").to_dict()
 
 

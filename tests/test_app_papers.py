@@ -12,6 +12,7 @@ from explorer import plots
 from explorer.papers import PAPERS, presets_of
 from explorer.papers.claims import claims, recorded
 from explorer_app import state
+from explorer_app.jobs import JobView
 from explorer_app.messages import escape
 
 TABS = {paper: record.tab for paper, record in PAPERS.items()}  # ?paper= in the URL opens that tab
@@ -186,6 +187,38 @@ def test_open_in_train_switches_to_the_train_page_with_the_preset(open_page, mon
     assert "Papers" not in [title.value for title in at.title]  # the run ended on another page
     assert not any((button.key or "").startswith("papers-") for button in at.button)
     assert params.items() <= dict(at.query_params).items()  # Train's URL mirrors its form: the preset is loaded
+
+
+class EndingClaimsJob:
+    """A claims job of one claim that ends while a script run draws the page: running at the run's first look,
+    finished at every later one."""
+
+    id = "ending"
+    claims = (FAST_CLAIM,)
+
+    def __init__(self):
+        self.looks = 0
+
+    def view(self, since: int | None = None) -> JobView:
+        self.looks += 1
+        status = "running" if self.looks == 1 else "finished"
+        return JobView(self.id, "claims", "claims", status, self.looks > 1, 1, None, None)
+
+    def stop(self, reason: str) -> None:
+        pass
+
+
+def test_open_in_train_holds_when_the_claims_job_ends_in_the_same_run(open_page, monkeypatch):
+    """The click's run can be the one in which the page sees its claims job end: the progress then reruns the
+    whole page to draw the results, and the click still opens the preset."""
+    switched = []
+    monkeypatch.setattr(st, "switch_page", lambda page, **kwargs: switched.append(kwargs["query_params"]))
+    name = "idinit-fig18-idinit"
+    at = open_page("papers", query={"paper": TABS["idinit"]})
+    at.session_state["papers-job"] = {"job": EndingClaimsJob(), "fast": True, "cached": 0, "started": 0.0,
+                                      "paper": "idinit"}
+    at.button(key=f"papers-open-{name}").click().run()
+    assert switched == [state.train_page_params(explorer.preset(name))]
 
 
 def test_a_misconfigured_server_is_a_message_not_a_crash(open_page, monkeypatch):

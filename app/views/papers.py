@@ -47,6 +47,8 @@ TABLE_SHARE = [3, 2]  # a claim's verdict table and its figure, side by side
 FIGURE_TITLE_CHARS = 36  # the figure's column holds title lines of about this many characters
 PROGRESS_S = 0.5  # without a feed: the progress refresh period while this session's claims job runs
 RESULTS = "papers-results"  # session state: (paper, claim id, fast) -> the claim's result row
+OPEN_KEY = "papers-open"  # session state: the preset whose Open in Train was pressed (its callback sets it, the
+# page opens it first thing: a claims job ending further down reruns the page, which would lose a plain click)
 
 
 # ---- running claims -----------------------------------------------------------------------------
@@ -296,8 +298,8 @@ def presets_section(paper: str) -> None:
         for name, entry in presets.items():
             text, button = st.columns([5, 1], vertical_alignment="center")
             text.markdown(f"`{name}`: {escape(entry.description)}")
-            if button.button("Open in Train", key=f"papers-open-{name}", icon=":material/open_in_new:"):
-                state.open_in_train(explorer.preset(name))
+            button.button("Open in Train", key=f"papers-open-{name}", icon=":material/open_in_new:",
+                          on_click=st.session_state.__setitem__, args=(OPEN_KEY, name))
 
 
 def paper_section(paper: str, fast: bool) -> None:
@@ -312,6 +314,8 @@ def paper_section(paper: str, fast: bool) -> None:
     presets_section(paper)
 
 
+if OPEN_KEY in st.session_state:  # before anything that may rerun the page (a claims job ending): the click holds
+    state.open_in_train(explorer.preset(st.session_state.pop(OPEN_KEY)))
 collect_finished()
 st.title("Papers")
 st.caption(f"{len(PAPERS)} papers on residual connections: what each one says, its key equations, and its claims rerun on "
