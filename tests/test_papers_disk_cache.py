@@ -99,6 +99,24 @@ def test_a_cached_value_that_is_not_a_run_is_kept_too(folder):
     assert made == [1] and again == value == {"norms": [1.0, 2.0]}
 
 
+def test_numpy_arrays_of_numbers_are_kept_and_arrays_of_objects_are_made_again(folder):
+    """A probe's results hold numpy arrays: those of numbers are read back equal, dtype and all; an array of Python
+    objects would need its objects' code to be read, so it is made again."""
+    import numpy as np
+
+    numbers = {"spectrum": np.linspace(0.0, 1.0, 5), "counts": np.arange(4, dtype=np.int32),
+               "mask": np.array([True, False]), "half": np.ones(3, dtype=np.float16)}
+    base.cached(("tau", "numbers", 1), lambda: numbers)
+    base.cached(("tau", "objects", 1), lambda: {"cells": np.array([{"a": 1}, None], dtype=object)})
+    clear_cache()
+    again = base.cached(("tau", "numbers", 1), lambda: pytest.fail("made again"))
+    assert again.keys() == numbers.keys()
+    assert all(again[k].dtype == v.dtype and np.array_equal(again[k], v) for k, v in numbers.items())
+    made = []
+    base.cached(("tau", "objects", 1), lambda: made.append(1) or {})
+    assert made == [1]
+
+
 def test_past_its_limit_the_folder_drops_the_entries_read_least_recently(folder, monkeypatch):
     import os
     import time
