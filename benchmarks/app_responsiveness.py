@@ -58,9 +58,11 @@ IDLE = f"() => {NOT_RUNNING}"
 # run has redrawn or dropped it): the page shows what its last run drew, and nothing else.
 SETTLED = f"() => {NOT_RUNNING} && !document.querySelector('[data-stale=\"true\"]')"
 # JavaScript: click Pause if it is enabled; whether it was clicked.
+PAUSE = ".st-key-train-pause button:has-text('Pause')"  # Pause and Resume are one button (one key): told by its label
+RESUME = ".st-key-train-pause button:has-text('Resume')"
 PRESS_PAUSE = """() => {
   const button = document.querySelector('.st-key-train-pause button');
-  if (!button || button.disabled) return false;
+  if (!button || button.disabled || !button.innerText.includes('Pause')) return false;
   button.click();
   return true;
 }"""
@@ -159,6 +161,15 @@ def wait_ready(page, timeout_ms: int = 60_000) -> None:
                            f"{NOT_RUNNING}", timeout=timeout_ms)
 
 
+def choose(page, key: str, option: str, timeout_ms: int = 60_000) -> None:
+    """Pick `option` in the selectbox or multiselect with widget key `key`: open it, type to filter, and click the
+    first option whose text holds `option` once the list shows it (an Enter pressed before the list is drawn, on a
+    loaded machine, picks nothing)."""
+    page.locator(f".st-key-{key}").click()
+    page.keyboard.type(option)
+    page.get_by_role("option", name=option).first.click(timeout=timeout_ms)
+
+
 def exceptions(page) -> int:
     return page.locator('[data-testid="stException"]').count()
 
@@ -198,11 +209,11 @@ def measure(page, base: str, spec: explorer.ExperimentSpec, sample_s: float = 3.
     # Pause is clicked only while it is enabled, checked and clicked in one step in the page: a short run may end
     # (and Pause go disabled) at any moment. A run that ends after the click shows no Resume button.
     if page.evaluate(PRESS_PAUSE):
-        page.wait_for_function("() => document.querySelector('.st-key-train-resume button') || "
-                               "document.body.innerText.includes('Finished')", timeout=30_000, polling=20)
-        if page.locator(".st-key-train-resume button").count():
+        page.wait_for_function("() => document.querySelector('.st-key-train-pause button')?.innerText.includes('Resume') "
+                               "|| document.body.innerText.includes('Finished')", timeout=30_000, polling=20)
+        if page.locator(RESUME).count():
             pause_answer = time.perf_counter() - click
-            page.locator(".st-key-train-resume button").click()
+            page.locator(RESUME).click()
     page.get_by_text("Finished", exact=False).first.wait_for(timeout=300_000)
     # The finished page: no script running and both charts drawn, read in the same check (the titles read a moment
     # later could miss a chart that a last rerun was redrawing).

@@ -45,9 +45,7 @@ def test_a_grid_of_three_drawn_designs_by_two_seeds_shows_its_small_multiples(ap
     page.wait_for_function("() => document.querySelectorAll('.st-key-compare-launch button').length >= 1",
                            timeout=60_000)
     settle(page)
-    page.locator(".st-key-compare-preset").click()
-    page.keyboard.type(BASE)
-    page.keyboard.press("Enter")
+    browsing.choose(page, "compare-preset", BASE)
     settle(page)
     page.locator(".st-key-compare-axes").get_by_text("designs x seeds").click()
     settle(page)

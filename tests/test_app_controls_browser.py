@@ -75,13 +75,6 @@ def settle(page, where: str, timeout_ms: int = 120_000, until: str | None = None
         page.locator('[data-testid="stException"]').first.inner_text()[:500]
 
 
-def choose(page, key: str, option: str) -> None:
-    """Pick `option` in the selectbox with widget key `key` (type to filter, Enter)."""
-    page.locator(f".st-key-{key}").click()
-    page.keyboard.type(option)
-    page.keyboard.press("Enter")
-
-
 def click(page, key: str, where: str | None = None, until: str | None = None) -> None:
     page.locator(f".st-key-{key} button").first.click()
     settle(page, where or key, until=until)
@@ -209,36 +202,39 @@ def test_every_control_of_train(app):
         page.goto(browsing.train_page_url(base, SPEC))
         browsing.wait_ready(page, timeout_ms=180_000)
         settle(page, "opening Train")
-        choose(page, "train-preset", "tau-fig1-1/L^0.25")  # loads it at once
+        browsing.choose(page, "train-preset", "tau-fig1-1/L^0.25")  # loads it at once
         page.wait_for_function("() => location.search.includes('topology.value=1%2FL%5E0.25')", timeout=120_000)
         uploaded = root / "SPEC.json"  # back to the quick experiment, by upload
         uploaded.write_text(SPEC.to_json())
         page.locator(".st-key-train-upload-spec input[type=file]").set_input_files(str(uploaded))
         settle(page, "uploading a spec")
         page.wait_for_function("() => !location.search.includes('topology.value=1%2FL%5E0.25')", timeout=120_000)
-        choose(page, "train-probe", "weights")  # norms is the default
+        browsing.choose(page, "train-probe", "weights")  # norms is the default
         settle(page, "live probe select")
-        choose(page, "train-basis", "own")
+        browsing.choose(page, "train-basis", "own")
         settle(page, "heatmap basis select")
         assert download(page, "train-download-spec").suggested_filename == "spec.json"
         page.locator(".st-key-train-start button").click()
-        page.locator(".st-key-train-pause button:enabled").wait_for(timeout=60_000)
-        page.locator(".st-key-train-pause button").first.click()
-        page.locator(".st-key-train-resume button").wait_for(timeout=30_000)
+        page.locator(f"{browsing.PAUSE}:enabled").wait_for(timeout=60_000)
+        settle(page, "Train")
+        stop = page.locator(".st-key-train-stop button").first
+        running_at = stop.bounding_box()
+        page.locator(browsing.PAUSE).first.click()
+        page.locator(browsing.RESUME).wait_for(timeout=30_000)
+        settle(page, "Pause")
+        assert stop.bounding_box() == running_at  # paused, the buttons stay where they were: a click lands where aimed
         page.locator(".st-key-train-step button:enabled").first.click()
         time.sleep(1.0)
         try:
-            page.locator(".st-key-train-resume button").wait_for(timeout=30_000)
+            page.locator(browsing.RESUME).wait_for(timeout=30_000)
         except Exception:  # playwright's TimeoutError: the page kept showing Pause after the step (the feed's ask to
             # rerun did not reach it); the job itself must be paused again, which a fresh render shows
             warnings.warn("Train did not redraw Resume within 30 s after Step; checked after the page's next rerun")
-            choose(page, "train-basis", "unrolled")  # any widget reruns the page, which draws the job as it is
+            browsing.choose(page, "train-basis", "unrolled")  # any widget reruns the page, which draws the job as it is
             settle(page, "heatmap basis select")
-            page.locator(".st-key-train-resume button").wait_for(timeout=30_000)
-        page.locator(".st-key-train-resume button").first.click()
-        # Stop once the page shows the run going on, as a user sees it (a click made while the page still redraws
-        # Resume's press can be lost beside a busy process)
-        page.locator(".st-key-train-pause button:enabled").wait_for(timeout=30_000)
+            page.locator(browsing.RESUME).wait_for(timeout=30_000)
+        page.locator(browsing.RESUME).first.click()
+        page.locator(f"{browsing.PAUSE}:enabled").wait_for(timeout=30_000)  # the run goes on, as a user sees it
         page.locator(".st-key-train-stop button:enabled").first.click()
         page.get_by_text("stopped", exact=False).first.wait_for(timeout=60_000)
         settle(page, "Stop")
@@ -327,7 +323,7 @@ def press_form_fields(page, pressed: set[str]) -> None:
 
 def pick_entry(page, section: str, entry: str) -> None:
     """Pick `entry` in the form's select of a section (topology, init, ...); the URL must name it."""
-    choose(page, class_key(f"{spec_form.PREFIX}{section}.name"), entry)
+    browsing.choose(page, class_key(f"{spec_form.PREFIX}{section}.name"), entry)
     settle(page, f"{section} select", until=f"() => location.search.includes({json.dumps(f'{section}={entry}')})")
     assert getattr(url_spec(page), section).name == entry
 
@@ -351,7 +347,7 @@ def test_every_field_of_the_train_form(app):
         press_form_fields(page, pressed)
         assert any(key.endswith("-mode") for key in pressed)
 
-        choose(page, class_key(f"{spec_form.PREFIX}data.name"), "text")
+        browsing.choose(page, class_key(f"{spec_form.PREFIX}data.name"), "text")
         settle(page, "data select", until=f"() => !!document.querySelector({json.dumps(FORM_ERROR)})")
         assert "gpt" in page.locator(FORM_ERROR).first.inner_text()  # the form says what the text data needs
         pick_entry(page, "model", "gpt")
@@ -374,17 +370,16 @@ def test_every_control_of_inside(app):
         page.goto(f"{base}/inside")
         settle(page, "opening Inside")
         toggle(page, "inside-all")
-        choose(page, "inside-run", record["id"][:8])
+        browsing.choose(page, "inside-run", record["id"][:8])
         settle(page, "run select")
-        page.locator(".st-key-inside-probes").click()
-        page.keyboard.type("weights")
-        page.keyboard.press("Enter")
+        browsing.choose(page, "inside-probes", "coefficients")  # beside the defaults (jacobian, weights, norms)
         page.keyboard.press("Escape")
         page.locator("h1").first.click()  # closes the multiselect's list
         settle(page, "probe multiselect")
         assert slide(page, "inside-inputs", "Home")[1] == "1"
         click(page, "inside-run-probes", "Probe (1 input)")
         one = chart(page, "input-output Jacobian spectrum")["names"]
+        page.locator("h4", has_text=re.compile(r"^coefficients \(step \d+\)")).first.wait_for(timeout=60_000)
         assert slide(page, "inside-inputs", "End")[1] == "64"
         # the probes run as a job: the page first shows its progress, then the new spectra
         more_curves = (f"() => ({CHARTS})().some(c => c.title.includes('input-output Jacobian spectrum') "
@@ -468,7 +463,7 @@ def test_every_control_of_compare(app):
         xtype = chart(page, "Compare: training loss")["xtype"]
         radio(page, "compare-x-scale", "linear" if xtype == "log" else "log")
         assert chart(page, "Compare: training loss")["xtype"] != xtype
-        choose(page, "compare-basis", "log_ratio")
+        browsing.choose(page, "compare-basis", "log_ratio")
         settle(page, "heatmap basis")
         assert any("log_ratio, step" in c["title"] for c in page.evaluate(CHARTS))
 

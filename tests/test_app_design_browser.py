@@ -89,8 +89,8 @@ def test_draw_train_rewire_and_compare_with_the_typed_design(tmp_path):
             page.set_viewport_size({"width": 1280, "height": 1600})
 
             page.locator(".st-key-train-start button").click()
-            page.locator(".st-key-train-pause button:enabled").first.click(timeout=60_000)
-            page.locator(".st-key-train-resume button").wait_for(timeout=60_000)
+            page.locator(f"{browsing.PAUSE}:enabled").first.click(timeout=60_000)
+            page.locator(browsing.RESUME).wait_for(timeout=60_000)
             settle(page)
             click_cell(page, 0, 6)
             # the worker answers, the feed's stamp changes and the page reruns: minutes on a loaded 2-core machine
@@ -99,7 +99,7 @@ def test_draw_train_rewire_and_compare_with_the_typed_design(tmp_path):
             shown = page.get_by_text("Rewired at step", exact=False).first.inner_text()
             held = int(shown.split("Rewired at step")[1].split(":")[0])
             assert "+0:6" in shown
-            page.locator(".st-key-train-resume button").first.click()
+            page.locator(browsing.RESUME).first.click()
             page.get_by_text("Finished", exact=False).first.wait_for(timeout=300_000)
             settle(page)
             marks = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))

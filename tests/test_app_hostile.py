@@ -324,15 +324,11 @@ def test_inside_probes_a_diverged_run_and_a_gpu_run_in_a_browser(app_page):
         page.locator(".st-key-inside-all label").first.click()  # every run in the store
         time.sleep(1.0)
         page.wait_for_function(browsing.IDLE, timeout=60_000)
-        page.locator(".st-key-inside-run").click()
-        page.keyboard.type(label)
-        page.keyboard.press("Enter")
+        browsing.choose(page, "inside-run", label)
         time.sleep(1.0)
         page.wait_for_function(browsing.IDLE, timeout=60_000)
         if added:
-            page.locator(".st-key-inside-probes").click()
-            page.keyboard.type(added)
-            page.keyboard.press("Enter")
+            browsing.choose(page, "inside-probes", added)
             page.keyboard.press("Escape")
             page.locator("h1").first.click()
             time.sleep(1.0)

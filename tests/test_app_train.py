@@ -411,7 +411,8 @@ def test_a_design_edited_while_paused_rewires_the_run(open_page):
     assert not at.exception and view.rewire_error is None
     assert [(r["step"], r["change"]) for r in view.rewires] == [(held, "+0:6")]
     assert any(f"Rewired at step {held}: +0:6" in plain(i.value) for i in at.info)
-    at.button(key="train-resume").click().run()
+    assert at.button(key="train-pause").label == "Resume"  # Pause and Resume are one button
+    at.button(key="train-pause").click().run()
     view = wait_for(at, lambda v: not v.active)
     assert view.status == "finished" and view.steps_done == spec.train.steps
     loss = next(c for c in charts(at) if ": loss" in c["layout"]["title"]["text"])

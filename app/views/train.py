@@ -35,6 +35,8 @@ REFRESH_S = 0.2  # without a feed: the live view's refresh period while a job is
 # second): redrawing them at the loss chart's rate cost the browser more than the loss chart itself.
 PROBE_REFRESH_S = 1.0
 LOSS_HEIGHT = 340  # px: the loss chart under the controls, within a 1280x720 screen
+PAUSE_WIDTH = 100  # px: Pause and Resume take one width (Resume's label is the wider), so the buttons after them
+# never move under a click (one pressed on Stop as the run changed state was released on Reset, and did nothing)
 REWIRE_WAIT_S = 5.0  # the longest a rerun that rewired a paused run waits for the worker's answer
 LIVE_PROBE = "coefficients"  # always probed: the heatmap
 # The probe shown beside it until the user picks another: norms per block apply to every model and cost
@@ -312,10 +314,12 @@ def live_view() -> None:
     row.button("Train", type="primary", key="train-start", icon=":material/play_arrow:",
                disabled=spec is None or active, on_click=start, args=(spec,),
                help="Fix the field marked in the sidebar first." if spec is None else None)
+    # one key for Pause and Resume: the browser updates the button in place (under two keys it drew the new one
+    # beside the old until the rerun ended, and the buttons after them moved)
     if paused:
-        row.button("Resume", key="train-resume", icon=":material/resume:", on_click=job.resume)
+        row.button("Resume", key="train-pause", icon=":material/resume:", on_click=job.resume, width=PAUSE_WIDTH)
     else:
-        row.button("Pause", key="train-pause", icon=":material/pause:", disabled=not active,
+        row.button("Pause", key="train-pause", icon=":material/pause:", disabled=not active, width=PAUSE_WIDTH,
                    on_click=job.pause if job else None)
     # a paused run holds at a logged step, so Step trains one logging interval, not one optimiser step
     shown_spec = job.spec if job else spec
