@@ -57,9 +57,9 @@ IDLE = f"() => {NOT_RUNNING}"
 # JavaScript: no script run under way and no element marked stale (from the moment a rerun is requested until the
 # run has redrawn or dropped it): the page shows what its last run drew, and nothing else.
 SETTLED = f"() => {NOT_RUNNING} && !document.querySelector('[data-stale=\"true\"]')"
-# JavaScript: click Pause if it is enabled; whether it was clicked.
 PAUSE = ".st-key-train-pause button:has-text('Pause')"  # Pause and Resume are one button (one key): told by its label
 RESUME = ".st-key-train-pause button:has-text('Resume')"
+# JavaScript: click Pause if it is enabled; whether it was clicked.
 PRESS_PAUSE = """() => {
   const button = document.querySelector('.st-key-train-pause button');
   if (!button || button.disabled || !button.innerText.includes('Pause')) return false;
@@ -209,8 +209,7 @@ def measure(page, base: str, spec: explorer.ExperimentSpec, sample_s: float = 3.
     # Pause is clicked only while it is enabled, checked and clicked in one step in the page: a short run may end
     # (and Pause go disabled) at any moment. A run that ends after the click shows no Resume button.
     if page.evaluate(PRESS_PAUSE):
-        page.wait_for_function("() => document.querySelector('.st-key-train-pause button')?.innerText.includes('Resume') "
-                               "|| document.body.innerText.includes('Finished')", timeout=30_000, polling=20)
+        page.locator(RESUME).or_(page.get_by_text("Finished", exact=False)).first.wait_for(timeout=30_000)
         if page.locator(RESUME).count():
             pause_answer = time.perf_counter() - click
             page.locator(RESUME).click()

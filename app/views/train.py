@@ -314,13 +314,10 @@ def live_view() -> None:
     row.button("Train", type="primary", key="train-start", icon=":material/play_arrow:",
                disabled=spec is None or active, on_click=start, args=(spec,),
                help="Fix the field marked in the sidebar first." if spec is None else None)
-    # one key for Pause and Resume: the browser updates the button in place (under two keys it drew the new one
+    # Pause and Resume are one button (one key): the browser updates it in place (under two keys it drew the new one
     # beside the old until the rerun ended, and the buttons after them moved)
-    if paused:
-        row.button("Resume", key="train-pause", icon=":material/resume:", on_click=job.resume, width=PAUSE_WIDTH)
-    else:
-        row.button("Pause", key="train-pause", icon=":material/pause:", disabled=not active, width=PAUSE_WIDTH,
-                   on_click=job.pause if job else None)
+    row.button("Resume" if paused else "Pause", key="train-pause", icon=f":material/{'resume' if paused else 'pause'}:",
+               disabled=not active, width=PAUSE_WIDTH, on_click=(job.resume if paused else job.pause) if job else None)
     # a paused run holds at a logged step, so Step trains one logging interval, not one optimiser step
     shown_spec = job.spec if job else spec
     interval = shown_spec.train.log_every if shown_spec is not None else None

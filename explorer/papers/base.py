@@ -64,11 +64,22 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
+@functools.cache
+def _numpy_globals() -> tuple:
+    """What weights_only needs besides tensors to read numpy arrays of numbers (a probe's results hold them):
+    numpy's array constructor, the array and dtype classes, and the numeric dtypes. An array of objects still
+    needs what its objects name, and is refused."""
+    import numpy as np
+
+    numeric = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+               np.float16, np.float32, np.float64, np.complex64, np.complex128)
+    return (np.zeros(0).__reduce__()[0], np.ndarray, np.dtype, *(type(np.dtype(kind)) for kind in numeric))
+
+
 class DiskRuns:
     """The papers' cache entries kept as files in EXPLORER_PAPERS_CACHE_DIR/runs-<code_fingerprint()>/, one file per
-    key (torch.save; read with weights_only, so a file can hold tensors, numeric numpy arrays and plain
-    containers but no code), so other
-    processes reuse them; the folders of other fingerprints are removed at the first write, and
+    key (torch.save; read with weights_only, so a file can hold tensors, numeric numpy arrays and plain containers
+    but no code), so other processes reuse them; the folders of other fingerprints are removed at the first write, and
     past EXPLORER_PAPERS_CACHE_DIR_MB the entries read least recently go first. Reading and writing are best
     effort: an entry that cannot be saved or read that way is trained again, never an error."""
 
@@ -92,7 +103,7 @@ class DiskRuns:
 
         path = cls._path(folder, key)
         try:
-            with torch.serialization.safe_globals(cls._numpy_globals()):  # reading runs no code
+            with torch.serialization.safe_globals(_numpy_globals()):  # reading runs no code
                 stored = torch.load(path, weights_only=True)
             if stored["key"] != repr(key):
                 return None
@@ -104,17 +115,6 @@ class DiskRuns:
             return stored["value"]
         except Exception:  # missing, partly written by a process that was killed, or holding another type
             return None
-
-    @staticmethod
-    def _numpy_globals() -> list:
-        """What weights_only needs besides tensors to read numpy arrays of numbers (a probe's results hold them):
-        numpy's array constructor, the array and dtype classes, and the numeric dtypes. An array of objects
-        still needs what its objects name, and is refused."""
-        import numpy as np
-
-        numeric = (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-                   np.float16, np.float32, np.float64, np.complex64, np.complex128)
-        return [np.zeros(0).__reduce__()[0], np.ndarray, np.dtype, *(type(np.dtype(kind)) for kind in numeric)]
 
     @classmethod
     def put(cls, key: tuple, value: Any) -> None:
