@@ -83,7 +83,7 @@ def papers_cache_dir(tmp_path_factory):
     return folder
 
 
-# The tiers. The fast tier (every module's unit tests and one AppTest smoke per page, about two minutes on a
+# The tiers. The fast tier (every module's unit tests and one AppTest smoke per page, under two minutes on a
 # 2-core machine) is run before every change; .ci/run runs every tier. A test lands in its tiers by rule: its
 # file's name, its fixtures, what its code starts, and the two tables below (tests measured, with the time each
 # took recorded by .ci/run in .ci-out/durations.txt).
@@ -130,16 +130,20 @@ SLOW = (
     "test_challenge.py::test_score_is_the_first_logged_step_at_the_target_on_a_real_run",
     "test_challenge.py::test_the_reference_beats_no_shortcut_and_the_slow_shortcut",
     "test_cli.py::test_a_reader_that_stops_early_gets_no_traceback",
+    "test_cli.py::test_claims_json_is_alone_on_stdout_and_progress_goes_to_stderr",
+    "test_cli.py::test_claims_reproduce_reruns_a_recorded_seed_and_the_small_linear_runs_agree",
     "test_cli.py::test_console_script_error_exit_code",
     "test_cli.py::test_console_script_train_json",
     "test_cli.py::test_running_out_of_memory_ends_the_run_as_error_in_one_line",
     "test_conditioning.py::test_lanczos_kappa_is_within_ten_percent_of_the_exact_value",
     "test_conv.py::test_every_topology_trains_inside_the_stages",
     "test_data.py::test_digits_are_sklearns_digits_read_without_importing_sklearn",
+    "test_diagnosis.py::test_dca_gain_of_a_grn_v1_run_is_set_against_theorem_4_2",
     "test_diagnosis.py::test_the_tau_explanation_names_the_learning_rate_and_what_it_changes",
     "test_fuzz.py::test_the_fuzzer_meets_every_outcome_and_no_raw_exception",
     "test_fuzz_specs.py",
     "test_new_probe.py::test_a_probe_file_in_the_plugin_folder_registers_in_a_fresh_interpreter",
+    "test_papers_disk_cache.py::test_another_process_reads_what_this_one_wrote",
     "test_plots.py::test_every_probe_result_draws_titled_figures",
     "test_plots.py::test_png_export_works_or_names_the_fix",
     "test_probes.py::test_probes_restore_the_mode_and_leave_gradients_alone",
@@ -167,12 +171,13 @@ def listed(test: str, table) -> bool:
     return any(entry in (test.split("::")[0], test, test.split("[")[0]) for entry in table)
 
 
-def names_in(code: str) -> set[str]:
+@functools.cache  # parametrized tests and tests with the same fixtures share their code: each is parsed once
+def names_in(code: str) -> frozenset[str]:
     """The names and dotted names (`browsing.serve`) a piece of code reads; what its strings say does not count."""
     try:
         tree = ast.parse(textwrap.dedent(code))
     except SyntaxError:
-        return set()
+        return frozenset()
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
@@ -181,7 +186,7 @@ def names_in(code: str) -> set[str]:
             found.add(node.attr)
             if isinstance(node.value, ast.Name):
                 found.add(f"{node.value.id}.{node.attr}")
-    return found
+    return frozenset(found)
 
 
 def tiers_of(test: str, fixtures=(), code: str = "", marks=()) -> set[str]:
@@ -228,9 +233,10 @@ def tier_markers(item) -> set[str]:
 
 # Under pytest-xdist (--dist loadgroup, in pyproject.toml's addopts) the tests that share a costly fixture run in one
 # worker, so it is built once: a session fixture named here is one group, and a module-scoped fixture makes its
-# file one group (a module's measured runs). The browser tests are one group, "browser", in one worker: they wait on
-# a server and Chromium far more than they compute (about a quarter of a 2-core machine), so the other worker runs
-# the tests that compute meanwhile. Every other test goes to whichever worker is free.
+# file one group (a module's measured runs). The browser tests are one group, "browser", in one worker: the test
+# process itself mostly waits (a tenth of a core), while its server, the server's workers and Chromium keep about
+# half of a 2-core machine busy (Chromium's renderer the most), so the other worker runs the tests that compute
+# meanwhile. Every other test goes to whichever worker is free.
 SHARED_SESSION_FIXTURES = ("local_ray", "executed_notebooks", "notebook_lab")
 BROWSER_GROUP = "browser"
 
@@ -248,6 +254,19 @@ def xdist_group(item, tiers=frozenset()) -> str | None:
     if any(d.scope == "module" for name in names for d in definitions.get(name, ())):
         return item.path.name
     return None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_collection():
+    """Collect with bytecode writes on, where PYTHONDONTWRITEBYTECODE turns them off: pytest then keeps each test
+    module's assertion rewrite in tests/__pycache__ and reads it back at the next run, instead of rewriting every
+    test module at every run (a third of collecting the suite)."""
+    saved = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        yield
+    finally:
+        sys.dont_write_bytecode = saved
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects on the markers added here (and before xdist reads groups)
