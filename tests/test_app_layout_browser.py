@@ -9,6 +9,7 @@ assets/screenshots/ come from there): train-one-screen.png and papers-claim.png.
 CI (CI=true) must have Chromium and Playwright: there a missing one fails the test instead of skipping it.
 """
 
+import json
 import urllib.parse
 
 import pytest
@@ -54,11 +55,12 @@ def app(tmp_path_factory):
 
 
 def papers_page(page, base: str, rows: list[dict]) -> list[str]:
-    """Open PAPER's tab of the Papers page and wait until its last recorded claim's figure is drawn; the CSS
-    selectors of its claims' boxes, in `rows`' order."""
+    """Open PAPER's tab of the Papers page and wait until every recorded claim's figure is drawn (plotly.js draws
+    each chart on its own, not in the page's order); the CSS selectors of its claims' boxes, in `rows`' order."""
     claims = [f".st-key-papers-claim-{PAPER}-{row['id']}" for row in rows]
     page.goto(f"{base}/papers?paper={urllib.parse.quote(PAPERS[PAPER].tab)}")
-    page.wait_for_function(f"() => document.querySelectorAll('{claims[-1]} .js-plotly-plot').length >= 1 && "
+    page.wait_for_function(f"() => {json.dumps(claims)}.every(claim => "
+                           f"document.querySelectorAll(`${{claim}} .js-plotly-plot`).length >= 1) && "
                            f"{browsing.NOT_RUNNING}", timeout=180_000)
     return claims
 
