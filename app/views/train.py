@@ -36,7 +36,7 @@ REFRESH_S = 0.2  # without a feed: the live view's refresh period while a job is
 PROBE_REFRESH_S = 1.0
 LOSS_HEIGHT = 340  # px: the loss chart under the controls, within a 1280x720 screen
 PAUSE_WIDTH = 100  # px: Pause and Resume take one width (Resume's label is the wider), so the buttons after them
-# never move under a click (one pressed on Stop as the run changed state was released on Reset, and did nothing)
+# never move under a click (a press on Stop while they move would be released on Reset, and do nothing)
 REWIRE_WAIT_S = 5.0  # the longest a rerun that rewired a paused run waits for the worker's answer
 LIVE_PROBE = "coefficients"  # always probed: the heatmap
 # The probe shown beside it until the user picks another: norms per block apply to every model and cost
@@ -314,8 +314,8 @@ def live_view() -> None:
     row.button("Train", type="primary", key="train-start", icon=":material/play_arrow:",
                disabled=spec is None or active, on_click=start, args=(spec,),
                help="Fix the field marked in the sidebar first." if spec is None else None)
-    # Pause and Resume are one button (one key): the browser updates it in place (under two keys it drew the new one
-    # beside the old until the rerun ended, and the buttons after them moved)
+    # Pause and Resume are one button (one key), updated in place: under two keys the browser would draw the new one
+    # beside the old until the rerun ends, and the buttons after them would move
     row.button("Resume" if paused else "Pause", key="train-pause", icon=f":material/{'resume' if paused else 'pause'}:",
                disabled=not active, width=PAUSE_WIDTH, on_click=(job.resume if paused else job.pause) if job else None)
     # a paused run holds at a logged step, so Step trains one logging interval, not one optimiser step
