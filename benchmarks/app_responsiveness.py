@@ -321,27 +321,49 @@ def progress_text(page) -> str:
     return bars.first.inner_text() if bars.count() else ""
 
 
-def cpu_seconds(server_pid: int) -> dict[str, float]:
-    """CPU seconds (user + system) used so far by the app's server, its worker processes (its children) and
-    the browser (every Chromium process): read before and after a run, the differences are what the run cost
-    each (`cpu_since`). A process that ended in between is not counted."""
+def _processes() -> dict[int, tuple[int, str, float]]:
+    """{pid: (parent pid, command line, CPU seconds used so far)} of every process /proc shows (Linux)."""
     tick = os.sysconf("SC_CLK_TCK")
-    used = {"server": 0.0, "workers": 0.0, "browser": 0.0}
+    found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
-            # the program: the first word (Chromium's children rewrite their command line as one string)
-            program = (entry / "cmdline").read_bytes().replace(b"\0", b" ").split(b" ")[0]
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2:].split()  # after "pid (name)": state, ppid, ... utime (14th), stime
-        group = ("server" if int(entry.name) == server_pid else "workers" if int(fields[1]) == server_pid
-                 else "browser" if Path(program.decode(errors="replace")).name.startswith(("chromium", "chrome"))
-                 else None)
+        found[int(entry.name)] = (int(fields[1]), command, (int(fields[11]) + int(fields[12])) / tick)
+    return found
+
+
+def worker_pids(server_pid: int) -> list[int]:
+    """The app server's job workers: the children of its fork server (explorer.parallel.process_context), or its
+    own "spawn" children where it has none; not multiprocessing's resource tracker or the fork server itself."""
+    processes = _processes()
+    fork_servers = {pid for pid, (parent, command, _) in processes.items()
+                    if parent == server_pid and "multiprocessing.forkserver" in command}
+    return sorted(pid for pid, (parent, command, _) in processes.items()
+                  if parent in fork_servers or (parent == server_pid and "spawn_main" in command))
+
+
+def cpu_seconds(server_pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by the app's server, its worker processes (every process under it:
+    the fork server and its children too) and the browser (every Chromium process): read before and after a
+    run, the differences are what the run cost each (`cpu_since`). A process that ended in between is not
+    counted."""
+    processes = _processes()
+    under = {server_pid}
+    for _ in range(3):  # the server's children, the fork server's children, and theirs
+        under |= {pid for pid, (parent, _, _) in processes.items() if parent in under}
+    used = {"server": 0.0, "workers": 0.0, "browser": 0.0}
+    for pid, (_, command, seconds) in processes.items():
+        program = command.split(" ")[0]  # the first word (Chromium's children rewrite their command line as one string)
+        group = ("server" if pid == server_pid else "workers" if pid in under
+                 else "browser" if Path(program).name.startswith(("chromium", "chrome")) else None)
         if group:
-            used[group] += (int(fields[11]) + int(fields[12])) / tick
+            used[group] += seconds
     return used
 
 

@@ -1,6 +1,6 @@
 """Independent jobs on this machine's cores or on Ray: the one engine behind sweeps and the claims' runs.
 
-    with Workers(jobs=2) as workers:             # 2 spawned processes, one torch thread each
+    with Workers(jobs=2) as workers:             # 2 processes, one torch thread each
         squares = workers.map(pow, [(2, 2), (3, 2)])
     with Workers(jobs=4, backend="ray") as workers:   # Ray tasks (the cluster at RAY_ADDRESS, or a local Ray)
         ...
@@ -13,8 +13,9 @@ the map with that error; the jobs still queued are cancelled and those under way
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from explorer.registries import SpecError
@@ -29,6 +30,31 @@ def _set_threads(threads: int) -> None:
     torch.set_num_threads(max(1, threads))
 
 
+# What every job process imports before its first job: torch, and the compiler stack and torch.func that the
+# optimizers and the probes load (seconds of a small CPU for each process that imports them itself).
+PRELOAD = ("torch", "torch._dynamo", "torch.func")
+
+
+def process_context():
+    """The multiprocessing context job processes start from (the app's workers and `Workers`' pool): a fork
+    server that imported PRELOAD once, so a process starts in a fraction of a second where a fresh interpreter
+    takes seconds; "spawn" where the platform has no fork server. Never a fork of the caller, whose torch
+    threads may be running. A fork server's children inherit the environment it started with, not the caller's
+    now: a job process takes the caller's with `adopt_environment`."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))  # read when the fork server starts (the first process)
+    return context
+
+
+def adopt_environment(env: Mapping[str, str]) -> None:
+    """Make this process's environment `env` (the caller's, handed over at the start of a job process): the
+    EXPLORER_* settings, the plug-in folder and the rest are read from it, as a spawned process would."""
+    os.environ.clear()
+    os.environ.update(env)
+
+
 def _call(threads: int, fn: Callable, args: tuple) -> Any:
     """A job in a worker: `fn(*args)` with `threads` torch threads."""
     _set_threads(threads)
@@ -41,7 +67,7 @@ def default_jobs() -> int:
 
 
 class Workers:
-    """A pool of `jobs` workers (local spawned processes or Ray tasks) for independent jobs; a context manager.
+    """A pool of `jobs` workers (local processes, process_context(), or Ray tasks) for independent jobs; a context manager.
 
     Each worker trains with `threads` torch threads (default: the cores shared out, at least one). The
     processes start at the first `map` and stay for the next ones until the pool is closed."""
@@ -89,11 +115,11 @@ class Workers:
         return results
 
     def _map_local(self, fn, items, finished) -> None:
-        import multiprocessing
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=process_context(),
+                                             initializer=adopt_environment, initargs=(dict(os.environ),))
         pending = {self._pool.submit(_call, self.threads, fn, item): index for index, item in enumerate(items)}
         try:
             while pending:

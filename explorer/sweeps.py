@@ -2,7 +2,7 @@
 
     explorer.sweep("tau-fig1-1/sqrt(L)", grid={"model.depth": [10, 30]}, seeds=3)
 
-Trials run in worker processes (a spawn pool, one worker per core by default) or as Ray tasks
+Trials run in worker processes (explorer.parallel's pool, one worker per core by default) or as Ray tasks
 (the cluster at RAY_ADDRESS, or a local Ray). Workers only train; the calling process writes
 every trial into the run store as soon as it returns, so the store needs no shared filesystem.
 A trial that fails is recorded as "failed" with its error and the others go on; a diverged

@@ -327,22 +327,6 @@ def test_a_hostile_link_renders_as_text(app, query):
     assert browsing.exceptions(page) == 0
 
 
-def server_workers(server_pid: int) -> list[int]:
-    """The server's training worker processes (its "spawn" children; not multiprocessing's resource tracker)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            command = (proc / "cmdline").read_bytes().decode(errors="replace")
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == server_pid and "spawn_main" in command:
-            found.append(int(proc.name))
-    return found
-
-
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds the worker processes in /proc (Linux)")
 def test_the_queue_and_a_killed_worker_in_two_tabs(app, tmp_path):
     """EXPLORER_MAX_JOBS=1: a second tab's run waits with its place shown; killing the worker that trains
@@ -359,14 +343,14 @@ def test_the_queue_and_a_killed_worker_in_two_tabs(app, tmp_path):
         page.wait_for_function(f"() => ({browsing.LOSS_POINTS})() > 0", timeout=120_000)
         other.locator(".st-key-train-start button").click()
         other.get_by_text("this one is number 1 in line").wait_for(timeout=60_000)
-        workers = server_workers(base.pid)
+        workers = browsing.worker_pids(base.pid)
         assert len(workers) == 1, workers
         os.kill(workers[0], signal.SIGKILL)
         page.get_by_text("The run failed: the worker process died: exit code -9").wait_for(timeout=60_000)
         other.wait_for_function(f"() => ({browsing.LOSS_POINTS})() > 0", timeout=180_000)  # a fresh worker
         # the place in line goes with the page's rerun for the run's new state (its chart may be drawn first)
         other.get_by_text("in line").wait_for(state="detached", timeout=30_000)
-        assert [pid for pid in server_workers(base.pid) if pid != workers[0]]
+        assert [pid for pid in browsing.worker_pids(base.pid) if pid != workers[0]]
         other.locator(".st-key-train-stop button").click()
         other.get_by_text("stopped", exact=False).first.wait_for(timeout=60_000)
         assert browsing.exceptions(page) == 0 and browsing.exceptions(other) == 0

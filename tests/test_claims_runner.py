@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import operator
+import os
 import threading
 
 import pytest
@@ -30,6 +31,17 @@ def test_workers_return_results_in_order_and_report_each(jobs):
 def test_a_failing_job_stops_the_map_with_its_error():
     with Workers(2) as workers, pytest.raises(ZeroDivisionError):
         workers.map(operator.truediv, [(1, 1), (1, 0), (2, 1)])
+
+
+def test_a_pools_processes_read_the_environment_of_when_it_starts(monkeypatch):
+    """The processes fork from a fork server, which keeps the environment it started with: each pool's processes
+    take the caller's when the pool starts (the EXPLORER_* settings are read from it)."""
+    monkeypatch.setenv("EXPLORER_TEST_MARK", "before")
+    with Workers(2) as workers:
+        assert workers.map(os.getenv, [("EXPLORER_TEST_MARK",)] * 2) == ["before", "before"]
+    monkeypatch.setenv("EXPLORER_TEST_MARK", "after")
+    with Workers(2) as workers:
+        assert workers.map(os.getenv, [("EXPLORER_TEST_MARK",)] * 2) == ["after", "after"]
 
 
 @pytest.mark.parametrize("jobs, backend, field", [(0, "local", "jobs"), (1, "slurm", "backend"), (1.5, "local", "jobs")])

@@ -2,6 +2,8 @@
 one line naming the probe or run and the limit, and a fresh worker takes the next job; a cancelled probe job
 stops between probes instead of costing a worker."""
 
+import sys
+
 import pytest
 
 import explorer
@@ -50,6 +52,31 @@ def test_a_job_past_the_limit_is_one_line_and_a_fresh_worker_takes_the_next(limi
     assert run.status == "error" and "\n" not in run.error
     assert run.error.startswith(f"the run wide mlp needed more than the {LIMIT_MB} MB memory limit")
     assert len(limited_pool.pids()) <= 1
+
+
+def data_limit_mb(pid: int) -> int:
+    """The soft RLIMIT_DATA of process `pid` in MB, as /proc shows it."""
+    line = next(line for line in open(f"/proc/{pid}/limits") if line.startswith("Max data size"))
+    return int(line.split()[3]) // explorer.budget.MB
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_worker_holds_the_limit_of_the_servers_environment_when_it_starts(monkeypatch):
+    """Workers fork from a fork server, which keeps the environment it started with: a worker started after the
+    server's environment changed takes the new one, and its limit (set before any job) is the new one's."""
+    before = workers.WorkerPool(1)
+    before.warm()
+    assert before.wait_started(1)  # the fork server runs by now, started with the environment of before
+    before.close()
+    monkeypatch.setenv("EXPLORER_MEMORY_LIMIT_MB", "4321")
+    pool = workers.WorkerPool(1)
+    pool.warm()
+    try:
+        assert pool.wait_started(1)
+        [pid] = pool.pids()
+        assert data_limit_mb(pid) == 4321
+    finally:
+        pool.close()
 
 
 def test_the_limit_follows_the_caps_unless_set(monkeypatch):

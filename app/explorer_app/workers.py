@@ -1,8 +1,10 @@
 """Worker processes that run the server's jobs outside its interpreter: trainings, paper claims and probes.
 
-A `WorkerPool` keeps pre-started processes (the "spawn" context: never a fork of a server whose torch
-threads run). Each worker imports torch and explorer once, then loops over jobs, so a click does not pay
-torch's import and the server's interpreter lock is never held by a training step. One job at a time per
+A `WorkerPool` keeps pre-started processes, forked from a fork server that imported torch once
+(explorer.parallel.process_context: never a fork of a server whose torch threads run), so a worker is ready a
+fraction of a second after it is asked for. Each worker takes the server's environment, imports explorer and
+warms up once, then loops over jobs, so a click does not pay torch's import and the server's interpreter lock
+is never held by a training step. One job at a time per
 worker; `JobQueue` (explorer_app.jobs) hands a job to an idle worker when it gets a slot.
 
 The two sides speak in the messages below, small frozen dataclasses, over a duplex Pipe (`send_bytes`; a
@@ -355,12 +357,17 @@ class _Controls:
                 raise UnknownMessage(f"a worker takes no {type(message).__name__} message while a job runs")
 
 
-def worker_main(conn, own_process: bool = True) -> None:
+def worker_main(conn, own_process: bool = True, env: dict | None = None) -> None:
     """The worker process: import the library once, then run the jobs the server sends until it goes.
     `own_process`: the process is this worker's alone, so it is held to the memory limit (a Ray actor's process
-    is Ray's: its node's memory is Ray's to police)."""
+    is Ray's: its node's memory is Ray's to police). `env`: the server's environment when the worker started
+    (a fork server's child has the fork server's)."""
     import importlib
 
+    if env is not None:
+        from explorer.parallel import adopt_environment
+
+        adopt_environment(env)
     from explorer import budget
 
     limits = _limit_memory() if own_process else None  # the caps the limit in force comes from
@@ -729,8 +736,8 @@ def _claims(job: RunClaims, controls: _Controls, send) -> None:
 
 # ---- the server's side ---------------------------------------------------------------------------
 
-# While Streamlit runs a page it sets sys.modules["__main__"] to that page's script, and a "spawn" child
-# re-runs the parent's __main__ file before its target: a worker started from a page would run the whole app
+# While Streamlit runs a page it sets sys.modules["__main__"] to that page's script, and a child of the "spawn" or
+# "forkserver" context re-runs the parent's __main__ file before its target: a worker started from a page would run the whole app
 # (and start workers of its own). Workers are started with a bare __main__ instead, one at a time.
 _START_LOCK = threading.Lock()
 
@@ -751,8 +758,9 @@ class Worker:
 
     def __init__(self, context):
         self._conn, child = context.Pipe(duplex=True)
-        self.process = context.Process(target=worker_main, args=(child,), name="explorer-worker", daemon=True)
-        with _START_LOCK:  # a spawned child first runs the parent's __main__; hide it (see _START_LOCK)
+        self.process = context.Process(target=worker_main, args=(child, True, dict(os.environ)),
+                                       name="explorer-worker", daemon=True)
+        with _START_LOCK:  # a started child first runs the parent's __main__; hide it (see _START_LOCK)
             main = sys.modules.get("__main__")
             sys.modules["__main__"] = types.ModuleType("__main__")
             try:
@@ -962,11 +970,13 @@ class WorkerPool:
     """Pre-started workers, reused across jobs; `size` are kept warm (a dead one is replaced). `backend`:
     "local" (processes of this machine) or "ray" (actors on the cluster at RAY_ADDRESS, `RayWorker`)."""
 
-    def __init__(self, size: int, start_method: str = "spawn", backend: str = "local"):
+    def __init__(self, size: int, backend: str = "local"):
+        from explorer.parallel import process_context
+
         if backend not in ("local", "ray"):
             raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
         self.size, self.backend = size, backend
-        self._context = multiprocessing.get_context(start_method)
+        self._context = process_context()
         self._cond = threading.Condition()
         self._idle: list[Worker] = []
         self._busy: set[Worker] = set()
