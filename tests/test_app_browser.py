@@ -336,35 +336,37 @@ def test_the_queue_and_a_killed_worker_in_two_tabs(app, tmp_path):
     context = app[1].context
     with browsing.serve(tmp_path / "home", env={"EXPLORER_MAX_JOBS": "1"}) as base:
         page, other = context.new_page(), context.new_page()
-        for tab in (page, other):
-            tab.goto(browsing.train_page_url(base, spec))
-            browsing.wait_ready(tab)
-        page.locator(".st-key-train-start button").click()
-        page.wait_for_function(f"() => ({browsing.LOSS_POINTS})() > 0", timeout=120_000)
-        other.locator(".st-key-train-start button").click()
-        other.get_by_text("this one is number 1 in line").wait_for(timeout=60_000)
-        workers = browsing.worker_pids(base.pid)
-        assert len(workers) == 1, workers
-        os.kill(workers[0], signal.SIGKILL)
-        page.get_by_text("The run failed: the worker process died: exit code -9").wait_for(timeout=60_000)
-        other.wait_for_function(f"() => ({browsing.LOSS_POINTS})() > 0", timeout=180_000)  # a fresh worker
-        # the place in line goes with the page's rerun for the run's new state (its chart may be drawn first)
-        other.get_by_text("in line").wait_for(state="detached", timeout=30_000)
-        assert [pid for pid in browsing.worker_pids(base.pid) if pid != workers[0]]
-        other.locator(".st-key-train-stop button").click()
-        other.get_by_text("stopped", exact=False).first.wait_for(timeout=60_000)
-        assert browsing.exceptions(page) == 0 and browsing.exceptions(other) == 0
-        runs = {run["status"] for run in explorer.RunStore(tmp_path / "home").list()}
-        assert runs == {"error", "stopped"}, runs
-        # each session sees its own runs only, unless "all runs" is on (Inside, reached in the same session)
-        other.locator('[data-testid="stSidebarNav"] a', has_text="Inside").click()
-        assert run_choices(other) == ["stopped"]
-        other.locator(".st-key-inside-all label").click()
-        other.wait_for_function(browsing.IDLE, timeout=60_000)
-        assert sorted(run_choices(other)) == ["error", "stopped"]
-        assert browsing.exceptions(other) == 0
-        page.close()
-        other.close()
+        try:  # closed however the test ends: an open tab would go on asking a gone server and slow the next tests
+            for tab in (page, other):
+                tab.goto(browsing.train_page_url(base, spec))
+                browsing.wait_ready(tab)
+            page.locator(".st-key-train-start button").click()
+            page.wait_for_function(f"() => ({browsing.LOSS_POINTS})() > 0", timeout=120_000)
+            other.locator(".st-key-train-start button").click()
+            other.get_by_text("this one is number 1 in line").wait_for(timeout=60_000)
+            workers = browsing.worker_pids(base.pid)
+            assert len(workers) == 1, workers
+            os.kill(workers[0], signal.SIGKILL)
+            page.get_by_text("The run failed: the worker process died: exit code -9").wait_for(timeout=60_000)
+            other.wait_for_function(f"() => ({browsing.LOSS_POINTS})() > 0", timeout=180_000)  # a fresh worker
+            # the place in line goes with the page's rerun for the run's new state (its chart may be drawn first)
+            other.get_by_text("in line").wait_for(state="detached", timeout=30_000)
+            assert [pid for pid in browsing.worker_pids(base.pid) if pid != workers[0]]
+            other.locator(".st-key-train-stop button").click()
+            other.get_by_text("stopped", exact=False).first.wait_for(timeout=60_000)
+            assert browsing.exceptions(page) == 0 and browsing.exceptions(other) == 0
+            runs = {run["status"] for run in explorer.RunStore(tmp_path / "home").list()}
+            assert runs == {"error", "stopped"}, runs
+            # each session sees its own runs only, unless "all runs" is on (Inside, reached in the same session)
+            other.locator('[data-testid="stSidebarNav"] a', has_text="Inside").click()
+            assert run_choices(other) == ["stopped"]
+            other.locator(".st-key-inside-all label").click()
+            other.wait_for_function(browsing.IDLE, timeout=60_000)
+            assert sorted(run_choices(other)) == ["error", "stopped"]
+            assert browsing.exceptions(other) == 0
+        finally:
+            page.close()
+            other.close()
 
 
 def run_choices(tab) -> list[str]:
