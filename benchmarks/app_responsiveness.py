@@ -162,10 +162,22 @@ def wait_ready(page, timeout_ms: int = 60_000) -> None:
 
 
 def choose(page, key: str, option: str, timeout_ms: int = 60_000) -> None:
-    """Pick `option` in the selectbox or multiselect with widget key `key`: open it, type to filter, and click the
-    first option whose text holds `option` once the list shows it (an Enter pressed before the list is drawn, on a
-    loaded machine, picks nothing)."""
-    page.locator(f".st-key-{key}").click()
+    """Pick `option` in the selectbox or multiselect with widget key `key`: open it, type to filter once its list
+    is drawn, and click the first option whose text holds `option` once the list shows it. On a loaded machine a
+    click can land while a rerun redraws the widget and open nothing (the text typed then goes nowhere), and an
+    Enter pressed before the list is drawn picks nothing: so the widget is clicked again until its list shows."""
+    from playwright.sync_api import TimeoutError as Timeout
+
+    listbox = page.get_by_role("listbox").first
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        page.locator(f".st-key-{key}").click(timeout=timeout_ms)  # a click on an open list leaves it open
+        try:
+            listbox.wait_for(timeout=5_000)
+            break
+        except Timeout:
+            if time.monotonic() > deadline:
+                raise
     page.keyboard.type(option)
     page.get_by_role("option", name=option).first.click(timeout=timeout_ms)
 

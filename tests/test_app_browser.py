@@ -283,14 +283,16 @@ def claims_follow_their_feed(page, base: str, paper: str) -> None:
 
 
 def test_a_shared_url_carries_its_values_into_the_widgets(app):
+    from playwright.sync_api import expect
+
     base, page, _ = app
     spec = explorer.preset("tau-fig1-1/L^0.25").with_values({"model.depth": 17, "optim.lr": 0.05})
     page.goto(browsing.train_page_url(base, spec))
     browsing.wait_ready(page)
-    depth = page.locator(".st-key-spec-model-mlp-resnet-depth input")
-    assert depth.input_value() == "17"
-    assert page.locator(".st-key-spec-optim-sgd-lr input").input_value() == "0.05"
-    assert page.locator(".st-key-spec-topology-tau-value-mode input").input_value() == "1/L^0.25"
+    # each check waits (up to 30 s) for the value: on a loaded machine a field can be drawn before its value is
+    expect(page.locator(".st-key-spec-model-mlp-resnet-depth input")).to_have_value("17", timeout=30_000)
+    expect(page.locator(".st-key-spec-optim-sgd-lr input")).to_have_value("0.05", timeout=30_000)
+    expect(page.locator(".st-key-spec-topology-tau-value-mode input")).to_have_value("1/L^0.25", timeout=30_000)
     assert browsing.exceptions(page) == 0
 
 
