@@ -100,7 +100,8 @@ def keep_freed_memory() -> None:
 
 
 def time_sweep(steps: int, workers: int) -> float:
-    """explorer.sweep over the 8 seeds (a spawned pool when workers > 1, its start-up included), into a scratch store."""
+    """explorer.sweep over the 8 seeds (a pool of worker processes when workers > 1, its start-up included), into
+    a scratch store."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as home:

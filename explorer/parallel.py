@@ -67,7 +67,8 @@ def default_jobs() -> int:
 
 
 class Workers:
-    """A pool of `jobs` workers (local processes, process_context(), or Ray tasks) for independent jobs; a context manager.
+    """A pool of `jobs` workers (local processes started from process_context(), or Ray tasks) for independent
+    jobs; a context manager.
 
     Each worker trains with `threads` torch threads (default: the cores shared out, at least one). The
     processes start at the first `map` and stay for the next ones until the pool is closed."""

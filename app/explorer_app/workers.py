@@ -4,8 +4,8 @@ A `WorkerPool` keeps pre-started processes, forked from a fork server that impor
 (explorer.parallel.process_context: never a fork of a server whose torch threads run), so a worker is ready a
 fraction of a second after it is asked for. Each worker takes the server's environment, imports explorer and
 warms up once, then loops over jobs, so a click does not pay torch's import and the server's interpreter lock
-is never held by a training step. One job at a time per
-worker; `JobQueue` (explorer_app.jobs) hands a job to an idle worker when it gets a slot.
+is never held by a training step. One job at a time per worker; `JobQueue` (explorer_app.jobs) hands a job to
+an idle worker when it gets a slot.
 
 The two sides speak in the messages below, small frozen dataclasses, over a duplex Pipe (`send_bytes`; a
 tensor never travels as shared memory). The server sends a job (`RunTraining` or `RunClaims`), then, while
@@ -737,8 +737,8 @@ def _claims(job: RunClaims, controls: _Controls, send) -> None:
 # ---- the server's side ---------------------------------------------------------------------------
 
 # While Streamlit runs a page it sets sys.modules["__main__"] to that page's script, and a child of the "spawn" or
-# "forkserver" context re-runs the parent's __main__ file before its target: a worker started from a page would run the whole app
-# (and start workers of its own). Workers are started with a bare __main__ instead, one at a time.
+# "forkserver" context re-runs the parent's __main__ file before its target: a worker started from a page would
+# run the whole app (and start workers of its own). Workers are started with a bare __main__ instead, one at a time.
 _START_LOCK = threading.Lock()
 
 
