@@ -366,9 +366,11 @@ def cpu_seconds(server_pid: int) -> dict[str, float]:
     run, the differences are what the run cost each (`cpu_since`). A process that ended in between is not
     counted."""
     processes = _processes()
-    under = {server_pid}
-    for _ in range(3):  # the server's children, the fork server's children, and theirs
-        under |= {pid for pid, (parent, _, _) in processes.items() if parent in under}
+    under, grown = {server_pid}, True
+    while grown:  # the server's children, the fork server's children, and so on down
+        found = {pid for pid, (parent, _, _) in processes.items() if parent in under}
+        grown = not found <= under
+        under |= found
     used = {"server": 0.0, "workers": 0.0, "browser": 0.0}
     for pid, (_, command, seconds) in processes.items():
         program = command.split(" ")[0]  # the first word (Chromium's children rewrite their command line as one string)
