@@ -88,6 +88,7 @@ def papers_cache_dir(tmp_path_factory):
 # file's name, its fixtures, what its code starts, and the two tables below (tests measured, with the time each
 # took recorded by .ci/run in .ci-out/durations.txt).
 FAST_COMMAND = "python -m pytest -m fast"
+FULL_COMMAND = "python -m pytest -n auto"  # every tier: the README's test command, which .ci/run runs
 FAST_EXCLUDES = ("slow", "browser", "notebooks", "claims", "ray")  # `-m fast` is `-m "not (slow or ...)"`
 TIERS = {"fast", "app", *FAST_EXCLUDES}
 FILE_TIERS = (  # (file-name pattern, marker): every match applies

@@ -9,7 +9,7 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import FAST_EXCLUDES, PAGE_SMOKES, SLOW, TIERS, tier_markers, tiers_of, xdist_group
+from conftest import FAST_COMMAND, FAST_EXCLUDES, FULL_COMMAND, PAGE_SMOKES, SLOW, TIERS, tier_markers, tiers_of, xdist_group
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -29,6 +29,19 @@ def test_every_table_entry_names_a_test_that_exists():
         assert (TESTS / file).is_file(), f"{entry}: no file {file} in tests/"
         assert not name or name in functions(TESTS / file), f"{entry}: {file} has no test {name}"
     assert len(set(SLOW)) == len(SLOW) and len(set(PAGE_SMOKES)) == len(PAGE_SMOKES)
+
+
+def test_the_readme_and_ci_run_the_same_test_commands():
+    """The README's second set-up command ends in the full command, which is what .ci/run runs, and the README
+    gives the fast tier's command: one definition of each (conftest), quoted by both."""
+    readme = (ROOT / "README.md").read_text()
+    setup = readme.split("## Set-up", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = [line for line in setup.splitlines() if line.strip() and not line.startswith("#")]
+    assert len(commands) == 2 and commands[1].endswith(f" && {FULL_COMMAND}"), commands
+    assert f"`{FAST_COMMAND}`" in readme
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
+          if "python -m pytest" in line and not line.lstrip().startswith("#")]
+    assert len(ci) == 1 and ci[0].endswith(FULL_COMMAND), ci
 
 
 def test_every_page_of_the_app_has_one_smoke_test_in_the_fast_tier():
