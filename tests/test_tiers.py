@@ -9,7 +9,8 @@ import types
 from pathlib import Path
 
 import pytest
-from conftest import FAST_COMMAND, FAST_EXCLUDES, FULL_COMMAND, PAGE_SMOKES, SLOW, TIERS, tier_markers, tiers_of, xdist_group
+from conftest import (FAST_COMMAND, FAST_EXCLUDES, FULL_COMMAND, PAGE_SMOKES, SLOW, TIERS, tier_markers, tiers_of,
+                      xdist_group)
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
