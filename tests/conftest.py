@@ -16,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = ROOT / "app"
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))  # the tutorial notebooks, in reading order
 sys.path.insert(0, str(APP))  # the app's helper package `explorer_app`, importable as under `streamlit run`
 
 # Under pytest-xdist (`-n N`) each of the N workers gets its share of the cores as torch threads (1 each on a

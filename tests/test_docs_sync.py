@@ -9,6 +9,7 @@ import pytest
 
 from explorer.papers import PAPERS
 from explorer.papers.claims import recorded
+from conftest import NOTEBOOKS
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("docs_sync", ROOT / "docs" / "sync.py")
@@ -104,7 +105,7 @@ def test_the_notebooks_type_no_recorded_result_and_no_other_rule():
     states the verdict rule as the library does (no "twice the paired spread" of another rule)."""
     import json
 
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+    for path in NOTEBOOKS:
         for cell in json.loads(path.read_text())["cells"]:
             text = "".join(cell["source"])
             for typed in re.finditer(r"\*Full-mode result[^*]*\*:?([^\n]*)", text):

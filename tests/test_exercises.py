@@ -14,11 +14,11 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import NOTEBOOKS
 
 nbformat = pytest.importorskip("nbformat")
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 SOLUTION = re.compile(r"<summary>\s*Solution\s*</summary>(.*?)</details>", re.S)
 PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 

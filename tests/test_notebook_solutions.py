@@ -10,10 +10,10 @@ import ast
 from pathlib import Path
 
 import pytest
+from conftest import NOTEBOOKS
 
 nbformat = pytest.importorskip("nbformat")
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 ALLOWED = {"_solution"}
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from explorer.papers import PAPERS
+from conftest import NOTEBOOKS
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 PLOTLY = "application/vnd.plotly.v1+json"
 nbformat = pytest.importorskip("nbformat")
